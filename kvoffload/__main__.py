@@ -1,0 +1,43 @@
+"""``python -m kvoffload <command>``: the command line.
+
+Each command lives in its own module, which provides
+``add_arguments(parser)`` and ``run(args) -> int``; this file only routes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+# (command, module, one-line help). Modules are imported only when chosen, so
+# `python -m kvoffload --help` needs neither torch nor hypothesis.
+_COMMANDS: tuple[tuple[str, str, str], ...] = (
+    ("demo", "kvoffload.cli_demo", "walk the built-in managers through a short scenario"),
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m kvoffload",
+        description="KV-cache offloading: managers, specification, conformance kit.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name, module_name, help_text in _COMMANDS:
+        command_parser = sub.add_parser(name, help=help_text, description=help_text)
+        module = importlib.import_module(module_name)
+        module.add_arguments(command_parser)
+        command_parser.set_defaults(_module=module)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    status: int = args._module.run(args)
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,47 @@
+"""The contract and the formal model: pure, immutable, no torch."""
+
+from kvoffload.spec.contract import (
+    LoadStoreSpec,
+    OffloadingEvent,
+    OffloadingManager,
+    PrepareStoreOutput,
+    ReqContext,
+    RequestOffloadingContext,
+)
+from kvoffload.spec.errors import (
+    ConfigurationError,
+    IllegalTransitionError,
+    InvalidKeyError,
+    OffloadingError,
+    TransferError,
+)
+from kvoffload.spec.keys import (
+    OffloadKey,
+    get_offload_block_hash,
+    get_offload_group_idx,
+    make_offload_key,
+    validate_offload_key,
+)
+from kvoffload.spec.lifecycle import Call, Phase, PhaseKind
+
+__all__ = [
+    "Call",
+    "ConfigurationError",
+    "IllegalTransitionError",
+    "InvalidKeyError",
+    "LoadStoreSpec",
+    "OffloadKey",
+    "OffloadingError",
+    "OffloadingEvent",
+    "OffloadingManager",
+    "Phase",
+    "PhaseKind",
+    "PrepareStoreOutput",
+    "ReqContext",
+    "RequestOffloadingContext",
+    "TransferError",
+    "get_offload_block_hash",
+    "get_offload_group_idx",
+    "make_offload_key",
+    "validate_offload_key",
+]

@@ -1,0 +1,158 @@
+"""The contract every offloading manager honours (reference 004's interface).
+
+The phase rules of each call are in :mod:`kvoffload.spec.lifecycle`; the
+invariants a manager keeps are in DESIGN.md and ``docs/SPEC.md``.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Collection, Iterable, Mapping
+
+import attrs
+
+from kvoffload.spec.keys import OffloadKey
+
+
+@attrs.frozen
+class ReqContext:
+    """Per-request context handed to every manager call."""
+
+    req_id: str = ""
+    kv_transfer_params: Mapping[str, object] | None = attrs.field(
+        default=None, eq=False, hash=False
+    )
+
+
+@attrs.frozen
+class RequestOffloadingContext:
+    """What a manager says about a new request: whether its blocks may be
+    offloaded (``store``) and loaded back (``load``)."""
+
+    req_id: str
+    store: bool = True
+    load: bool = True
+
+
+class LoadStoreSpec(ABC):
+    """Where a worker finds (or puts) the bytes of some blocks."""
+
+    @staticmethod
+    @abstractmethod
+    def medium() -> str:
+        """The medium this spec targets, e.g. ``"CPU"`` or ``"GPU"``."""
+
+
+@attrs.frozen
+class PrepareStoreOutput:
+    """Result of a successful :meth:`OffloadingManager.prepare_store`.
+
+    ``keys_to_store`` are the offered keys that were not tracked and now are
+    PENDING, in offer order without repeats; ``store_spec`` names their slots
+    in that order; ``evicted_keys`` are the victims this call removed, in
+    eviction order.
+    """
+
+    keys_to_store: tuple[OffloadKey, ...]
+    store_spec: LoadStoreSpec
+    evicted_keys: tuple[OffloadKey, ...]
+
+
+@attrs.frozen
+class OffloadingEvent:
+    """Keys that became readable (``removed=False``) or stopped being readable
+    (``removed=True``) in ``medium``."""
+
+    keys: tuple[OffloadKey, ...]
+    block_size: int
+    medium: str
+    removed: bool
+
+
+class OffloadingManager(ABC):
+    """Scheduler-side bookkeeping of offloaded KV blocks.
+
+    Calls that break the lifecycle table raise an
+    :class:`~kvoffload.spec.errors.OffloadingError` subclass and change
+    nothing.
+    """
+
+    @abstractmethod
+    def lookup(self, key: OffloadKey, req_context: ReqContext) -> bool | None:
+        """True if ``key`` is offloaded and ready to read, False if not, None
+        if the caller should retry later."""
+
+    def lookup_prefix(
+        self, keys: Iterable[OffloadKey], req_context: ReqContext
+    ) -> int | None:
+        """Length of the longest prefix of ``keys`` whose blocks are ready.
+
+        Stops at the first key that is not ready; None if any ``lookup`` on
+        the way answered None.
+        """
+        hits = 0
+        for key in keys:
+            found = self.lookup(key, req_context)
+            if found is None:
+                return None
+            if not found:
+                break
+            hits += 1
+        return hits
+
+    @abstractmethod
+    def prepare_load(
+        self, keys: Collection[OffloadKey], req_context: ReqContext
+    ) -> LoadStoreSpec:
+        """Pin ``keys`` (each READY or LOADING) for reading until
+        :meth:`complete_load`, and say where their bytes are."""
+
+    def touch(self, keys: Collection[OffloadKey], req_context: ReqContext) -> None:
+        """Mark ``keys`` as recently used; the first key ends most recent."""
+        return None
+
+    def complete_load(
+        self, keys: Collection[OffloadKey], req_context: ReqContext
+    ) -> None:
+        """Release one load of each key prepared by :meth:`prepare_load`."""
+        return None
+
+    @abstractmethod
+    def prepare_store(
+        self, keys: Collection[OffloadKey], req_context: ReqContext
+    ) -> PrepareStoreOutput | None:
+        """Allocate slots for the offered keys not yet tracked, evicting READY
+        blocks if needed; None (and no change at all) if there is no room."""
+
+    def complete_store(
+        self,
+        keys: Collection[OffloadKey],
+        req_context: ReqContext,
+        success: bool = True,
+    ) -> None:
+        """Make PENDING ``keys`` READY (``success``) or drop them (failure)."""
+        return None
+
+    def on_new_request(self, req_context: ReqContext) -> RequestOffloadingContext:
+        """Called when the scheduler first sees a request."""
+        return RequestOffloadingContext(req_id=req_context.req_id)
+
+    def on_request_finished(self, req_context: ReqContext) -> None:
+        """Called when a request has finished."""
+        return None
+
+    def on_schedule_end(self) -> None:
+        """Called once at the end of each scheduler step."""
+        return None
+
+    def take_events(self) -> Iterable[OffloadingEvent]:
+        """The events collected since the last call, oldest first."""
+        return ()
+
+    def reset_cache(self) -> None:
+        """Drop every tracked block."""
+        return None
+
+    def shutdown(self) -> None:
+        """Release resources held by the manager."""
+        return None
