@@ -1,0 +1,37 @@
+"""Production code: managers, policies, the reuse filter, backends.
+
+Worker-side transfer handlers live in :mod:`kvoffload.impl.worker` and import
+torch lazily.
+"""
+
+from kvoffload.impl.backend import Backend, CPUBackend
+from kvoffload.impl.block import BlockStatus
+from kvoffload.impl.manager import (
+    CPUOffloadingManager,
+    LRUOffloadingManager,
+    OffloadingManagerCore,
+)
+from kvoffload.impl.policies import (
+    ARCCachePolicy,
+    CachePolicy,
+    LRUCachePolicy,
+    make_cache_policy,
+)
+from kvoffload.impl.reuse import FilterReusedOffloadingManager
+from kvoffload.impl.specs import BlockIDsLoadStoreSpec, CPULoadStoreSpec
+
+__all__ = [
+    "ARCCachePolicy",
+    "Backend",
+    "BlockIDsLoadStoreSpec",
+    "BlockStatus",
+    "CPUBackend",
+    "CPULoadStoreSpec",
+    "CPUOffloadingManager",
+    "CachePolicy",
+    "FilterReusedOffloadingManager",
+    "LRUCachePolicy",
+    "LRUOffloadingManager",
+    "OffloadingManagerCore",
+    "make_cache_policy",
+]

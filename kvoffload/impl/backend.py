@@ -1,0 +1,100 @@
+"""Slot pools and spec builders (reference 002's ``Backend``)."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+
+from kvoffload.impl.block import BlockStatus
+from kvoffload.impl.specs import CPULoadStoreSpec
+from kvoffload.spec.contract import LoadStoreSpec
+from kvoffload.spec.errors import ConfigurationError, OffloadingError
+from kvoffload.spec.keys import OffloadKey
+
+
+def require_positive_int(name: str, value: object) -> int:
+    """``value`` if it is an int > 0, else :class:`ConfigurationError`."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigurationError(f"{name} must be an int, got {type(value).__name__}")
+    if value <= 0:
+        raise ConfigurationError(f"{name} must be > 0, got {value}")
+    return value
+
+
+class Backend(ABC):
+    """A pool of block slots in one medium, and how to describe them."""
+
+    def __init__(self, block_size: int, medium: str) -> None:
+        self.block_size = require_positive_int("block_size", block_size)
+        self.medium = medium
+
+    @abstractmethod
+    def get_num_free_blocks(self) -> int:
+        """Slots that :meth:`allocate_blocks` can hand out now."""
+
+    @abstractmethod
+    def allocate_blocks(self, keys: Sequence[OffloadKey]) -> list[BlockStatus]:
+        """One new PENDING :class:`BlockStatus` per key, on distinct free slots.
+
+        Called only with ``len(keys) <= get_num_free_blocks()``.
+        """
+
+    @abstractmethod
+    def free(self, block: BlockStatus) -> None:
+        """Return ``block``'s slot to the pool."""
+
+    @abstractmethod
+    def get_load_store_spec(
+        self, keys: Sequence[OffloadKey], blocks: Sequence[BlockStatus]
+    ) -> LoadStoreSpec:
+        """A spec naming ``blocks``' slots, in order."""
+
+    def reset(self, blocks: Sequence[BlockStatus]) -> None:
+        """Take back every allocated block at once (``reset_cache``).
+
+        ``blocks`` are all blocks the manager tracks; the default frees them
+        in descending slot order.
+        """
+        for block in sorted(blocks, key=lambda b: b.block_id, reverse=True):
+            self.free(block)
+
+
+class CPUBackend(Backend):
+    """``num_blocks`` CPU slots. Never-used slots are handed out in ascending
+    order first, then freed slots, last freed first."""
+
+    def __init__(self, block_size: int, num_blocks: int) -> None:
+        super().__init__(block_size, CPULoadStoreSpec.medium())
+        self.num_blocks = require_positive_int("num_blocks", num_blocks)
+        self._num_allocated = 0
+        self._free_list: list[int] = []
+
+    def get_num_free_blocks(self) -> int:
+        return len(self._free_list) + self.num_blocks - self._num_allocated
+
+    def allocate_blocks(self, keys: Sequence[OffloadKey]) -> list[BlockStatus]:
+        count = len(keys)
+        if count > self.get_num_free_blocks():
+            raise OffloadingError(
+                f"asked for {count} slots with {self.get_num_free_blocks()} free"
+            )
+        fresh = min(count, self.num_blocks - self._num_allocated)
+        start = self._num_allocated
+        blocks = [BlockStatus(slot) for slot in range(start, start + fresh)]
+        self._num_allocated += fresh
+        pop = self._free_list.pop
+        blocks.extend(BlockStatus(pop()) for _ in range(count - fresh))
+        return blocks
+
+    def free(self, block: BlockStatus) -> None:
+        self._free_list.append(block.block_id)
+
+    def reset(self, blocks: Sequence[BlockStatus]) -> None:
+        """Every slot free, handed out in ascending order again."""
+        self._num_allocated = 0
+        self._free_list.clear()
+
+    def get_load_store_spec(
+        self, keys: Sequence[OffloadKey], blocks: Sequence[BlockStatus]
+    ) -> CPULoadStoreSpec:
+        return CPULoadStoreSpec([block.block_id for block in blocks])

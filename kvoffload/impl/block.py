@@ -1,0 +1,26 @@
+"""Per-block bookkeeping shared by managers, policies and backends."""
+
+from __future__ import annotations
+
+
+class BlockStatus:
+    """Offloading status of one block.
+
+    ``ref_cnt`` is -1 while the store is in flight (PENDING), 0 when the block
+    is stored and unread (READY), and ``n > 0`` while ``n`` loads read it
+    (LOADING(n)). ``block_id`` is the slot in the backend's pool.
+    """
+
+    __slots__ = ("ref_cnt", "block_id")
+
+    def __init__(self, block_id: int) -> None:
+        self.ref_cnt: int = -1
+        self.block_id: int = block_id
+
+    @property
+    def is_ready(self) -> bool:
+        """Whether the block's bytes are stored and may be read."""
+        return self.ref_cnt >= 0
+
+    def __repr__(self) -> str:
+        return f"BlockStatus(block_id={self.block_id}, ref_cnt={self.ref_cnt})"

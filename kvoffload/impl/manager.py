@@ -1,0 +1,242 @@
+"""The manager core and its two faces.
+
+:class:`OffloadingManagerCore` owns ref-counting, events and the
+prepare/complete skeletons over a :class:`Backend` (slots) and a
+:class:`CachePolicy` (order and victims). :class:`CPUOffloadingManager` and
+:class:`LRUOffloadingManager` only choose how those two are built.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Sequence
+
+from kvoffload.impl.backend import Backend, CPUBackend, require_positive_int
+from kvoffload.impl.block import BlockStatus
+from kvoffload.impl.policies import CachePolicy, LRUCachePolicy, make_cache_policy
+from kvoffload.spec.contract import (
+    LoadStoreSpec,
+    OffloadingEvent,
+    OffloadingManager,
+    PrepareStoreOutput,
+    ReqContext,
+)
+from kvoffload.spec.errors import IllegalTransitionError, OffloadingError
+from kvoffload.spec.keys import GROUP_IDX_BYTES, OffloadKey, validate_offload_key
+from kvoffload.spec.lifecycle import Call, Phase
+
+
+class OffloadingManagerCore(OffloadingManager):
+    """An :class:`OffloadingManager` over a backend and a cache policy.
+
+    Follows the lifecycle table of :mod:`kvoffload.spec.lifecycle`: illegal
+    calls raise :class:`IllegalTransitionError` and change nothing; a
+    ``prepare_store`` that returns None changes nothing.
+    """
+
+    def __init__(
+        self, backend: Backend, policy: CachePolicy, enable_events: bool = False
+    ) -> None:
+        self.backend = backend
+        self.policy = policy
+        self.block_size = backend.block_size
+        self.medium = backend.medium
+        self.events: list[OffloadingEvent] | None = [] if enable_events else None
+
+    # --- reads -----------------------------------------------------------
+
+    def lookup(self, key: OffloadKey, req_context: ReqContext) -> bool:
+        block = self.policy.get(key)
+        return block is not None and block.ref_cnt >= 0
+
+    def lookup_prefix(
+        self, keys: Iterable[OffloadKey], req_context: ReqContext
+    ) -> int:
+        get = self.policy.get
+        hits = 0
+        for key in keys:
+            block = get(key)
+            if block is None or block.ref_cnt < 0:
+                break
+            hits += 1
+        return hits
+
+    def phase(self, key: OffloadKey) -> Phase:
+        """The lifecycle phase of ``key`` (no side effects)."""
+        block = self.policy.get(key)
+        return Phase.from_ref_cnt(None if block is None else block.ref_cnt)
+
+    def slot_of(self, key: OffloadKey) -> int | None:
+        """The slot of ``key``'s block, or None when untracked."""
+        block = self.policy.get(key)
+        return None if block is None else block.block_id
+
+    # --- loads -----------------------------------------------------------
+
+    def prepare_load(
+        self, keys: Collection[OffloadKey], req_context: ReqContext
+    ) -> LoadStoreSpec:
+        keys = list(keys)
+        get = self.policy.get
+        blocks: list[BlockStatus] = []
+        for key in keys:
+            block = get(key)
+            if block is None or block.ref_cnt < 0:
+                raise IllegalTransitionError(key, self.phase(key), Call.PREPARE_LOAD)
+            blocks.append(block)
+        pinned = self.policy.block_pinned
+        for key, block in zip(keys, blocks):
+            if block.ref_cnt == 0:
+                pinned(key)
+            block.ref_cnt += 1
+        return self.backend.get_load_store_spec(keys, blocks)
+
+    def complete_load(
+        self, keys: Collection[OffloadKey], req_context: ReqContext
+    ) -> None:
+        get = self.policy.get
+        unpinned = self.policy.block_unpinned
+        done: list[tuple[OffloadKey, BlockStatus]] = []
+        for key in keys:
+            block = get(key)
+            if block is None or block.ref_cnt <= 0:
+                self._undo_complete_load(done)
+                raise IllegalTransitionError(key, self.phase(key), Call.COMPLETE_LOAD)
+            block.ref_cnt -= 1
+            if block.ref_cnt == 0:
+                unpinned(key)
+            done.append((key, block))
+
+    def _undo_complete_load(self, done: list[tuple[OffloadKey, BlockStatus]]) -> None:
+        pinned = self.policy.block_pinned
+        for key, block in reversed(done):
+            if block.ref_cnt == 0:
+                pinned(key)
+            block.ref_cnt += 1
+
+    def touch(self, keys: Collection[OffloadKey], req_context: ReqContext) -> None:
+        self.policy.touch(keys if isinstance(keys, Sequence) else list(keys))
+
+    # --- stores ----------------------------------------------------------
+
+    def prepare_store(
+        self, keys: Collection[OffloadKey], req_context: ReqContext
+    ) -> PrepareStoreOutput | None:
+        offered = list(keys)
+        for key in offered:
+            if not isinstance(key, bytes) or len(key) < GROUP_IDX_BYTES:
+                validate_offload_key(key)  # raises InvalidKeyError
+        get = self.policy.get
+        to_store = [key for key in dict.fromkeys(offered) if get(key) is None]
+        backend = self.backend
+        if not to_store:
+            return PrepareStoreOutput((), backend.get_load_store_spec([], []), ())
+
+        evicted: tuple[OffloadKey, ...] = ()
+        shortfall = len(to_store) - backend.get_num_free_blocks()
+        if shortfall > 0:
+            victims = self.policy.evict(shortfall, set(offered))
+            if victims is None:
+                return None
+            free = backend.free
+            for _, block in victims:
+                free(block)
+            evicted = tuple(key for key, _ in victims)
+            if self.events is not None:
+                self.events.append(
+                    OffloadingEvent(evicted, self.block_size, self.medium, True)
+                )
+
+        blocks = backend.allocate_blocks(to_store)
+        if len(blocks) != len(to_store):
+            raise OffloadingError(
+                f"backend allocated {len(blocks)} blocks for {len(to_store)} keys"
+            )
+        insert = self.policy.insert
+        for key, block in zip(to_store, blocks):
+            insert(key, block)
+        return PrepareStoreOutput(
+            tuple(to_store), backend.get_load_store_spec(to_store, blocks), evicted
+        )
+
+    def complete_store(
+        self,
+        keys: Collection[OffloadKey],
+        req_context: ReqContext,
+        success: bool = True,
+    ) -> None:
+        get = self.policy.get
+        unique = list(dict.fromkeys(keys))
+        blocks = [get(key) for key in unique]
+        if None in blocks:
+            missing = unique[blocks.index(None)]
+            call = Call.COMPLETE_STORE_OK if success else Call.COMPLETE_STORE_FAILED
+            raise IllegalTransitionError(missing, self.phase(missing), call)
+        if success:
+            unpinned = self.policy.block_unpinned
+            stored: list[OffloadKey] = []
+            for key, block in zip(unique, blocks):
+                if block is not None and block.ref_cnt < 0:
+                    block.ref_cnt = 0
+                    unpinned(key)
+                    stored.append(key)
+            if stored and self.events is not None:
+                self.events.append(
+                    OffloadingEvent(tuple(stored), self.block_size, self.medium, False)
+                )
+        else:
+            remove, free = self.policy.remove, self.backend.free
+            for key, block in zip(unique, blocks):
+                if block is not None and block.ref_cnt < 0:
+                    remove(key)
+                    free(block)
+
+    # --- housekeeping ----------------------------------------------------
+
+    def take_events(self) -> list[OffloadingEvent]:
+        if self.events is None:
+            return []
+        taken, self.events = self.events, []
+        return taken
+
+    def reset_cache(self) -> None:
+        tracked = list(self.policy.items())
+        announced = sorted(
+            ((block.block_id, key) for key, block in tracked if block.ref_cnt >= 0)
+        )
+        self.policy.clear()
+        self.backend.reset([block for _, block in tracked])
+        if announced and self.events is not None:
+            self.events.append(
+                OffloadingEvent(
+                    tuple(key for _, key in announced), self.block_size, self.medium, True
+                )
+            )
+
+
+class CPUOffloadingManager(OffloadingManagerCore):
+    """``num_blocks`` CPU slots evicted by ``cache_policy`` ("lru" or "arc").
+
+    Raises :class:`~kvoffload.spec.errors.ConfigurationError` for sizes that
+    are not positive ints and for unknown policy names.
+    """
+
+    def __init__(
+        self,
+        block_size: int,
+        num_blocks: int,
+        cache_policy: str = "lru",
+        enable_events: bool = False,
+    ) -> None:
+        require_positive_int("block_size", block_size)
+        require_positive_int("num_blocks", num_blocks)
+        policy = make_cache_policy(cache_policy, num_blocks)
+        super().__init__(CPUBackend(block_size, num_blocks), policy, enable_events)
+        self.cache_policy = cache_policy
+
+
+class LRUOffloadingManager(OffloadingManagerCore):
+    """LRU eviction over any :class:`Backend` (reference 002's face)."""
+
+    def __init__(self, backend: Backend, enable_events: bool = False) -> None:
+        capacity = max(1, backend.get_num_free_blocks())
+        super().__init__(backend, LRUCachePolicy(capacity), enable_events)

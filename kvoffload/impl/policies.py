@@ -1,0 +1,256 @@
+"""Replacement policies: which READY blocks a store evicts (reference 003).
+
+A policy owns the key → :class:`BlockStatus` map and the order victims are
+chosen in. The manager core tells it when a block stops or starts being
+evictable (:meth:`CachePolicy.block_pinned` / :meth:`CachePolicy.block_unpinned`),
+so eviction never scans pinned blocks.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections import OrderedDict
+from collections.abc import Collection, Iterator, Sequence
+
+from kvoffload.impl.block import BlockStatus
+from kvoffload.impl.recency import RecencyQueue
+from kvoffload.spec.errors import ConfigurationError
+from kvoffload.spec.keys import OffloadKey
+
+Victims = list[tuple[OffloadKey, BlockStatus]]
+
+
+class CachePolicy(ABC):
+    """Block organisation and replacement decisions of one manager.
+
+    Contract: only READY blocks (``ref_cnt == 0``) outside ``protected`` are
+    ever returned by :meth:`evict`, and :meth:`evict` is atomic.
+    """
+
+    def __init__(self, cache_capacity: int) -> None:
+        if isinstance(cache_capacity, bool) or not isinstance(cache_capacity, int):
+            raise ConfigurationError(
+                f"cache_capacity must be an int, got {type(cache_capacity).__name__}"
+            )
+        if cache_capacity <= 0:
+            raise ConfigurationError(f"cache_capacity must be > 0, got {cache_capacity}")
+        self.cache_capacity = cache_capacity
+
+    @abstractmethod
+    def get(self, key: OffloadKey) -> BlockStatus | None:
+        """The block tracked under ``key``, or None."""
+
+    @abstractmethod
+    def insert(self, key: OffloadKey, block: BlockStatus) -> None:
+        """Track a newly allocated (PENDING) block as most recent."""
+
+    @abstractmethod
+    def remove(self, key: OffloadKey) -> None:
+        """Stop tracking ``key`` (a failed store); no history is kept."""
+
+    @abstractmethod
+    def touch(self, keys: Sequence[OffloadKey]) -> None:
+        """Mark ``keys`` recently used; the first key ends most recent."""
+
+    @abstractmethod
+    def evict(self, n: int, protected: Collection[OffloadKey]) -> Victims | None:
+        """Remove exactly ``n`` READY blocks not in ``protected`` and return
+        them in eviction order, or return None and change nothing."""
+
+    @abstractmethod
+    def items(self) -> Iterator[tuple[OffloadKey, BlockStatus]]:
+        """Every tracked (key, block), in no particular order."""
+
+    @abstractmethod
+    def clear(self) -> None:
+        """Forget every block and all history."""
+
+    def block_pinned(self, key: OffloadKey) -> None:
+        """``key``'s block left READY (a load started). Default: nothing."""
+        return None
+
+    def block_unpinned(self, key: OffloadKey) -> None:
+        """``key``'s block became READY (store done, last load done)."""
+        return None
+
+
+class LRUCachePolicy(CachePolicy):
+    """Least recently used: one recency order over all tracked blocks."""
+
+    def __init__(self, cache_capacity: int) -> None:
+        super().__init__(cache_capacity)
+        self.blocks: dict[OffloadKey, BlockStatus] = {}
+        self._order: RecencyQueue[OffloadKey] = RecencyQueue()
+
+    def get(self, key: OffloadKey) -> BlockStatus | None:
+        return self.blocks.get(key)
+
+    def insert(self, key: OffloadKey, block: BlockStatus) -> None:
+        self.blocks[key] = block
+        self._order.add(key, block.ref_cnt == 0)
+
+    def remove(self, key: OffloadKey) -> None:
+        del self.blocks[key]
+        self._order.remove(key)
+
+    def touch(self, keys: Sequence[OffloadKey]) -> None:
+        blocks, move = self.blocks, self._order.move_to_end
+        for key in reversed(keys):
+            if key in blocks:
+                move(key)
+
+    def evict(self, n: int, protected: Collection[OffloadKey]) -> Victims | None:
+        if n <= 0:
+            return []
+        scan = self._order.scan(protected)
+        chosen: list[OffloadKey] = []
+        while len(chosen) < n:
+            key = scan.next()
+            if key is None:
+                scan.rollback()
+                return None
+            chosen.append(key)
+        scan.commit()
+        pop = self.blocks.pop
+        return [(key, pop(key)) for key in chosen]
+
+    def items(self) -> Iterator[tuple[OffloadKey, BlockStatus]]:
+        return iter(list(self.blocks.items()))
+
+    def clear(self) -> None:
+        self.blocks.clear()
+        self._order.clear()
+
+    def block_pinned(self, key: OffloadKey) -> None:
+        self._order.pin(key)
+
+    def block_unpinned(self, key: OffloadKey) -> None:
+        self._order.unpin(key)
+
+    def recency_order(self) -> list[OffloadKey]:
+        """Tracked keys, least recent first (for inspection and tests)."""
+        return list(self._order)
+
+
+class ARCCachePolicy(CachePolicy):
+    """Adaptive Replacement Cache (references 001/003, with DESIGN's liveness rule).
+
+    T1 holds blocks seen once, T2 blocks touched again; B1/B2 remember keys
+    recently evicted from each. ``target_t1_size`` moves towards T1 on a B1
+    ghost hit and towards T2 on a B2 ghost hit. Victims come from T1 while
+    its (shrinking) size is at least the target, else from T2; when the
+    preferred list has no eligible victim the other list is used, so a store
+    is refused only when no eligible victim exists at all.
+    """
+
+    def __init__(self, cache_capacity: int) -> None:
+        super().__init__(cache_capacity)
+        self.target_t1_size: float = 0.0
+        self.blocks: dict[OffloadKey, BlockStatus] = {}
+        self.t1: RecencyQueue[OffloadKey] = RecencyQueue()
+        self.t2: RecencyQueue[OffloadKey] = RecencyQueue()
+        self.b1: OrderedDict[OffloadKey, None] = OrderedDict()
+        self.b2: OrderedDict[OffloadKey, None] = OrderedDict()
+
+    def get(self, key: OffloadKey) -> BlockStatus | None:
+        return self.blocks.get(key)
+
+    def insert(self, key: OffloadKey, block: BlockStatus) -> None:
+        self.blocks[key] = block
+        self.t1.add(key, block.ref_cnt == 0)
+        self.b1.pop(key, None)
+        self.b2.pop(key, None)
+
+    def remove(self, key: OffloadKey) -> None:
+        del self.blocks[key]
+        if key in self.t1:
+            self.t1.remove(key)
+        else:
+            self.t2.remove(key)
+
+    def touch(self, keys: Sequence[OffloadKey]) -> None:
+        t1, t2, b1, b2, blocks = self.t1, self.t2, self.b1, self.b2, self.blocks
+        for key in reversed(keys):
+            if key in t1:
+                block = blocks[key]
+                if block.ref_cnt < 0:
+                    # a store in flight is not a second use: stay in T1
+                    t1.move_to_end(key)
+                else:
+                    t1.remove(key)
+                    t2.add(key, block.ref_cnt == 0)
+            elif key in t2:
+                t2.move_to_end(key)
+            elif key in b1:
+                delta = max(1, len(b2) / len(b1))
+                self.target_t1_size = min(self.target_t1_size + delta, self.cache_capacity)
+                b1.move_to_end(key)
+            elif key in b2:
+                delta = max(1, len(b1) / len(b2))
+                self.target_t1_size = max(self.target_t1_size - delta, 0)
+                b2.move_to_end(key)
+
+    def evict(self, n: int, protected: Collection[OffloadKey]) -> Victims | None:
+        if n <= 0:
+            return []
+        scan_t1, scan_t2 = self.t1.scan(protected), self.t2.scan(protected)
+        virtual_t1_size = len(self.t1)
+        target = int(self.target_t1_size)
+        chosen: list[tuple[OffloadKey, bool]] = []
+        while len(chosen) < n:
+            prefer_t1 = virtual_t1_size >= target
+            key = (scan_t1 if prefer_t1 else scan_t2).next()
+            from_t1 = prefer_t1
+            if key is None:
+                key = (scan_t2 if prefer_t1 else scan_t1).next()
+                from_t1 = not prefer_t1
+            if key is None:
+                scan_t1.rollback()
+                scan_t2.rollback()
+                return None
+            if from_t1:
+                virtual_t1_size -= 1
+            chosen.append((key, from_t1))
+        scan_t1.commit()
+        scan_t2.commit()
+        victims: Victims = []
+        for key, from_t1 in chosen:
+            victims.append((key, self.blocks.pop(key)))
+            (self.b1 if from_t1 else self.b2)[key] = None
+        for ghost in (self.b1, self.b2):
+            for _ in range(len(ghost) - self.cache_capacity):
+                ghost.popitem(last=False)
+        return victims
+
+    def items(self) -> Iterator[tuple[OffloadKey, BlockStatus]]:
+        return iter(list(self.blocks.items()))
+
+    def clear(self) -> None:
+        self.blocks.clear()
+        self.t1.clear()
+        self.t2.clear()
+        self.b1.clear()
+        self.b2.clear()
+        self.target_t1_size = 0.0
+
+    def block_pinned(self, key: OffloadKey) -> None:
+        (self.t1 if key in self.t1 else self.t2).pin(key)
+
+    def block_unpinned(self, key: OffloadKey) -> None:
+        (self.t1 if key in self.t1 else self.t2).unpin(key)
+
+
+CACHE_POLICIES: dict[str, type[CachePolicy]] = {
+    "lru": LRUCachePolicy,
+    "arc": ARCCachePolicy,
+}
+
+
+def make_cache_policy(name: str, cache_capacity: int) -> CachePolicy:
+    """Build the policy registered under ``name`` ("lru" or "arc")."""
+    policy_cls = CACHE_POLICIES.get(name) if isinstance(name, str) else None
+    if policy_cls is None:
+        raise ConfigurationError(
+            f"unknown cache policy {name!r}; supported: {sorted(CACHE_POLICIES)}"
+        )
+    return policy_cls(cache_capacity)

@@ -1,0 +1,137 @@
+"""Reuse-frequency gate in front of any manager (reference 000)."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Collection, Iterable
+
+from kvoffload.spec.contract import (
+    LoadStoreSpec,
+    OffloadingEvent,
+    OffloadingManager,
+    PrepareStoreOutput,
+    ReqContext,
+    RequestOffloadingContext,
+)
+from kvoffload.spec.errors import ConfigurationError
+from kvoffload.spec.keys import GROUP_IDX_BYTES, OffloadKey, validate_offload_key
+
+
+class FilterReusedOffloadingManager(OffloadingManager):
+    """Stores only blocks looked up at least ``store_threshold`` times.
+
+    ``lookup`` and ``lookup_prefix`` count every key they are given in a
+    table of at most ``max_tracker_size`` entries (least recently counted
+    dropped first). ``prepare_store`` passes to ``backing`` the offered keys
+    that reached the threshold, plus offered keys ``backing`` already holds
+    ready — those are not stored again but stay protected from eviction by
+    this call. Everything else is delegated unchanged.
+
+    Raises :class:`ConfigurationError` if ``store_threshold < 2`` or
+    ``max_tracker_size < 1``.
+    """
+
+    def __init__(
+        self,
+        backing: OffloadingManager,
+        store_threshold: int = 2,
+        max_tracker_size: int = 64_000,
+    ) -> None:
+        if isinstance(store_threshold, bool) or not isinstance(store_threshold, int):
+            raise ConfigurationError("store_threshold must be an int")
+        if store_threshold < 2:
+            raise ConfigurationError(
+                f"store_threshold must be >= 2 (1 would not filter), got {store_threshold}"
+            )
+        if isinstance(max_tracker_size, bool) or not isinstance(max_tracker_size, int):
+            raise ConfigurationError("max_tracker_size must be an int")
+        if max_tracker_size < 1:
+            raise ConfigurationError(
+                f"max_tracker_size must be >= 1, got {max_tracker_size}"
+            )
+        self.backing = backing
+        self.store_threshold = store_threshold
+        self.max_tracker_size = max_tracker_size
+        self.counts: OrderedDict[OffloadKey, int] = OrderedDict()
+
+    def _record(self, key: OffloadKey) -> None:
+        counts = self.counts
+        count = counts.get(key)
+        if count is not None:
+            counts.move_to_end(key)
+            counts[key] = count + 1
+        else:
+            if len(counts) >= self.max_tracker_size:
+                counts.popitem(last=False)
+            counts[key] = 1
+
+    # --- intercepted -----------------------------------------------------
+
+    def lookup(self, key: OffloadKey, req_context: ReqContext) -> bool | None:
+        self._record(key)
+        return self.backing.lookup(key, req_context)
+
+    def lookup_prefix(
+        self, keys: Iterable[OffloadKey], req_context: ReqContext
+    ) -> int | None:
+        keys = list(keys)
+        for key in keys:
+            self._record(key)
+        return self.backing.lookup_prefix(keys, req_context)
+
+    def prepare_store(
+        self, keys: Collection[OffloadKey], req_context: ReqContext
+    ) -> PrepareStoreOutput | None:
+        offered = list(keys)
+        for key in offered:
+            if not isinstance(key, bytes) or len(key) < GROUP_IDX_BYTES:
+                validate_offload_key(key)
+        threshold, counts, backing = self.store_threshold, self.counts, self.backing
+        passed = [
+            key
+            for key in offered
+            if counts.get(key, 0) >= threshold or backing.lookup(key, req_context) is True
+        ]
+        return backing.prepare_store(passed, req_context)
+
+    def reset_cache(self) -> None:
+        self.backing.reset_cache()
+        self.counts.clear()
+
+    # --- delegated -------------------------------------------------------
+
+    def prepare_load(
+        self, keys: Collection[OffloadKey], req_context: ReqContext
+    ) -> LoadStoreSpec:
+        return self.backing.prepare_load(keys, req_context)
+
+    def touch(self, keys: Collection[OffloadKey], req_context: ReqContext) -> None:
+        self.backing.touch(keys, req_context)
+
+    def complete_load(
+        self, keys: Collection[OffloadKey], req_context: ReqContext
+    ) -> None:
+        self.backing.complete_load(keys, req_context)
+
+    def complete_store(
+        self,
+        keys: Collection[OffloadKey],
+        req_context: ReqContext,
+        success: bool = True,
+    ) -> None:
+        self.backing.complete_store(keys, req_context, success)
+
+    def on_new_request(self, req_context: ReqContext) -> RequestOffloadingContext:
+        return self.backing.on_new_request(req_context)
+
+    def on_request_finished(self, req_context: ReqContext) -> None:
+        self.backing.on_request_finished(req_context)
+
+    def on_schedule_end(self) -> None:
+        self.backing.on_schedule_end()
+
+    def take_events(self) -> Iterable[OffloadingEvent]:
+        return self.backing.take_events()
+
+    def shutdown(self) -> None:
+        self.backing.shutdown()
