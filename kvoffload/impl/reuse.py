@@ -6,6 +6,7 @@ from collections import OrderedDict
 from collections.abc import Collection, Iterable
 
 from kvoffload.spec.contract import (
+    InspectableManager,
     LoadStoreSpec,
     OffloadingEvent,
     OffloadingManager,
@@ -15,6 +16,7 @@ from kvoffload.spec.contract import (
 )
 from kvoffload.spec.errors import ConfigurationError
 from kvoffload.spec.keys import GROUP_IDX_BYTES, OffloadKey, validate_offload_key
+from kvoffload.spec.lifecycle import Phase
 
 
 class FilterReusedOffloadingManager(OffloadingManager):
@@ -53,6 +55,25 @@ class FilterReusedOffloadingManager(OffloadingManager):
         self.store_threshold = store_threshold
         self.max_tracker_size = max_tracker_size
         self.counts: OrderedDict[OffloadKey, int] = OrderedDict()
+
+    def phase(self, key: OffloadKey) -> Phase:
+        """The backing manager's phase of ``key`` (needs an inspectable backing)."""
+        return self._inspectable_backing().phase(key)
+
+    def slot_of(self, key: OffloadKey) -> int | None:
+        """The backing manager's slot of ``key`` (needs an inspectable backing)."""
+        return self._inspectable_backing().slot_of(key)
+
+    def _inspectable_backing(self) -> InspectableManager:
+        if not isinstance(self.backing, InspectableManager):
+            raise TypeError(
+                f"{type(self.backing).__name__} does not offer phase()/slot_of()"
+            )
+        return self.backing
+
+    def count_of(self, key: OffloadKey) -> int:
+        """How many times ``key`` was counted (0 if not in the table)."""
+        return self.counts.get(key, 0)
 
     def _record(self, key: OffloadKey) -> None:
         counts = self.counts

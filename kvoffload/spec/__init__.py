@@ -1,6 +1,7 @@
 """The contract and the formal model: pure, immutable, no torch."""
 
 from kvoffload.spec.contract import (
+    InspectableManager,
     LoadStoreSpec,
     OffloadingEvent,
     OffloadingManager,
@@ -37,6 +38,7 @@ __all__ = [
     "Phase",
     "PhaseKind",
     "PrepareStoreOutput",
+    "InspectableManager",
     "ReqContext",
     "RequestOffloadingContext",
     "TransferError",

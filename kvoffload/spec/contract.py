@@ -8,10 +8,14 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Collection, Iterable, Mapping
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import attrs
 
 from kvoffload.spec.keys import OffloadKey
+
+if TYPE_CHECKING:
+    from kvoffload.spec.lifecycle import Phase
 
 
 @attrs.frozen
@@ -156,3 +160,20 @@ class OffloadingManager(ABC):
     def shutdown(self) -> None:
         """Release resources held by the manager."""
         return None
+
+
+@runtime_checkable
+class InspectableManager(Protocol):
+    """Optional introspection a manager offers to the conformance kit.
+
+    Both methods are pure queries: they change no state, recency or counter.
+    A manager without them is audited on its outputs alone.
+    """
+
+    def phase(self, key: OffloadKey) -> Phase:
+        """The lifecycle phase ``key`` is in."""
+        ...
+
+    def slot_of(self, key: OffloadKey) -> int | None:
+        """The slot of ``key``'s block, None when untracked."""
+        ...
