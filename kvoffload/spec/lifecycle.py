@@ -84,7 +84,7 @@ class Phase:
     def __str__(self) -> str:
         if self.kind is PhaseKind.LOADING:
             return f"LOADING({self.loads})"
-        return self.kind.value
+        return str(self.kind.value)
 
 
 _REF_CNT: Mapping[PhaseKind, int | None] = {
@@ -168,3 +168,52 @@ def apply(key: bytes, phase: Phase, call: Call) -> tuple[Phase, EventKind | None
     if row.target is PhaseKind.LOADING:
         return (loading(loads) if loads > 0 else READY), row.event
     return Phase(row.target), row.event
+
+
+_MERMAID_NAMES: Mapping[PhaseKind, str] = {
+    PhaseKind.ABSENT: "ABSENT",
+    PhaseKind.PENDING: "PENDING",
+    PhaseKind.READY: "READY",
+    PhaseKind.LOADING: "LOADING(n)",
+}
+
+
+def _edge_label(
+    source: PhaseKind, call: Call, row: Transition, *, last_load: bool = False
+) -> str:
+    """The text on one arrow of the diagram: the call, then the event if any."""
+    if call is Call.PREPARE_LOAD:
+        text = "prepare_load (n+1)" if source is PhaseKind.LOADING else "prepare_load (n=1)"
+    elif call is Call.COMPLETE_LOAD:
+        text = "complete_load (last load)" if last_load else "complete_load (n-1 > 0)"
+    else:
+        text = call.value
+    if row.event is not None:
+        text += f" / {row.event.value}"
+    return text
+
+
+def render_mermaid() -> str:
+    """Render :data:`TRANSITIONS` as a Mermaid ``stateDiagram-v2``.
+
+    One arrow per ``(from, to)`` pair, its label listing every call (and the
+    event it announces) that takes a key along it, in table order. The row
+    ``(LOADING, complete_load)`` is drawn as two arrows: to LOADING while
+    loads remain, and to READY for the last one. The output ends with a
+    newline and is what ``docs/SPEC.md`` shows (a test keeps the two equal).
+    """
+    edges: dict[tuple[PhaseKind, PhaseKind], list[str]] = {}
+    for (source, call), row in TRANSITIONS.items():
+        targets = [(row.target, False)]
+        if row.load_delta < 0:
+            targets.append((PhaseKind.READY, True))
+        for target, last_load in targets:
+            label = _edge_label(source, call, row, last_load=last_load)
+            edges.setdefault((source, target), []).append(label)
+    lines = ["stateDiagram-v2"]
+    for kind in PhaseKind:
+        lines.append(f'    state "{_MERMAID_NAMES[kind]}" as {kind.name}')
+    lines.append(f"    [*] --> {PhaseKind.ABSENT.name}")
+    for (source, target), labels in edges.items():
+        lines.append(f"    {source.name} --> {target.name}: {'<br/>'.join(labels)}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,558 @@
+"""The executable specification of an offloading manager.
+
+:class:`ManagerModel` is an immutable (``attrs`` frozen, hashable, compared by
+value) state of a manager. Each ``OffloadingManager`` call is a pure method
+returning ``(new_model, result)``; the old model is untouched. Results are
+plain values an implementation's outputs are compared with:
+
+=====================  =====================================================
+call                   result
+=====================  =====================================================
+``lookup``             ``bool``
+``lookup_prefix``      ``int``
+``prepare_store``      :class:`StoreResult` or ``None`` (no room; model unchanged)
+``complete_store``     ``None``
+``prepare_load``       ``tuple[int, ...]``: the slots of the keys, in call order
+``complete_load``      ``None``
+``touch``              ``None``
+``reset_cache``        ``None``
+``take_events``        ``tuple[OffloadingEvent, ...]``, oldest first
+request hooks          ``None`` (``on_new_request``, ``on_request_finished``,
+                       ``on_schedule_end``, ``shutdown`` change nothing)
+=====================  =====================================================
+
+Errors. A call the lifecycle table forbids raises the same
+:class:`~kvoffload.spec.errors.OffloadingError` subclass the implementation
+must raise (:class:`InvalidKeyError`, :class:`IllegalTransitionError`), and no
+new model exists: the caller keeps the old one.
+
+Auditing an implementation. ``prepare_store`` takes the implementation's
+choices: ``victims=`` (its ``evicted_keys``) and ``slots=`` (its store-spec
+slots). The model checks them and raises :class:`SpecViolation` when they are
+not allowed — for LRU and ARC only the policy's own choice is allowed, for
+:class:`~kvoffload.spec.policies.AnyPolicyModel` any ``need`` distinct READY
+keys outside the offered set; slots must be distinct, free and as many as the
+keys to store. Left out, the model chooses itself: victims by its policy,
+slots as the CPU backend does (never-used slots in ascending order, then
+freed slots last-freed first). Every call can also be given as an operation
+value (:class:`PrepareStore`, :class:`Touch`, …) to :meth:`ManagerModel.apply`.
+
+The slot pool is ``fresh`` (never-used slots, ascending) plus ``free_list``
+(freed slots, in the order they were freed; reuse pops its end).
+``consumer_view`` is the set of keys an event consumer holds after applying
+every event already taken (invariant 6).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Generic, TypeVar, Union
+
+import attrs
+
+from kvoffload.spec.contract import OffloadingEvent
+from kvoffload.spec.errors import ConfigurationError
+from kvoffload.spec.keys import OffloadKey, validate_offload_key
+from kvoffload.spec.lifecycle import (
+    ABSENT,
+    PENDING,
+    Call,
+    Phase,
+    apply as apply_call,
+)
+from kvoffload.spec.policies import PolicyModel, make_policy
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+class FrozenMap(Mapping[K, V]):
+    """An immutable, hashable mapping; equal maps hash equal.
+
+    ``set`` and ``without`` return new maps; the underlying dict is never
+    mutated after construction.
+    """
+
+    __slots__ = ("_items",)
+
+    def __init__(self, items: Iterable[tuple[K, V]] = ()) -> None:
+        self._items: dict[K, V] = dict(items)
+
+    def __getitem__(self, key: K) -> V:
+        return self._items[key]
+
+    def __iter__(self) -> Iterator[K]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __hash__(self) -> int:
+        return hash(frozenset(self._items.items()))
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, FrozenMap):
+            return self._items == other._items
+        return NotImplemented
+
+    def __repr__(self) -> str:
+        return f"FrozenMap({self._items!r})"
+
+    def set(self, key: K, value: V) -> FrozenMap[K, V]:
+        """This map with ``key`` bound to ``value``."""
+        return FrozenMap([*self._items.items(), (key, value)])
+
+    def without(self, keys: Iterable[K]) -> FrozenMap[K, V]:
+        """This map without ``keys`` (missing keys are ignored)."""
+        gone = frozenset(keys)
+        return FrozenMap((k, v) for k, v in self._items.items() if k not in gone)
+
+
+class SpecViolation(Exception):
+    """An implementation's choice that the specification forbids.
+
+    Raised by :meth:`ManagerModel.prepare_store` when the ``victims`` or
+    ``slots`` handed in (the implementation's) are not allowed. ``invariant``
+    names the rule broken (e.g. ``"5 liveness"``), ``reason`` says how.
+    """
+
+    def __init__(self, invariant: str, reason: str) -> None:
+        super().__init__(f"invariant {invariant}: {reason}")
+        self.invariant = invariant
+        self.reason = reason
+
+
+@attrs.frozen
+class Block:
+    """A tracked key's phase and slot."""
+
+    phase: Phase
+    slot: int
+
+
+@attrs.frozen
+class StoreResult:
+    """A successful ``prepare_store``: the keys now PENDING (offer order, no
+    repeats), their slots in that order, and the victims in eviction order."""
+
+    keys_to_store: tuple[OffloadKey, ...]
+    store_slots: tuple[int, ...]
+    evicted: tuple[OffloadKey, ...]
+
+
+# --- operations: one value per call, for ManagerModel.apply -----------------
+
+
+@attrs.frozen
+class Lookup:
+    key: OffloadKey
+
+
+@attrs.frozen
+class LookupPrefix:
+    keys: tuple[OffloadKey, ...]
+
+
+@attrs.frozen
+class PrepareStore:
+    keys: tuple[OffloadKey, ...]
+    victims: tuple[OffloadKey, ...] | None = None
+    slots: tuple[int, ...] | None = None
+
+
+@attrs.frozen
+class CompleteStore:
+    keys: tuple[OffloadKey, ...]
+    success: bool = True
+
+
+@attrs.frozen
+class PrepareLoad:
+    keys: tuple[OffloadKey, ...]
+
+
+@attrs.frozen
+class CompleteLoad:
+    keys: tuple[OffloadKey, ...]
+
+
+@attrs.frozen
+class Touch:
+    keys: tuple[OffloadKey, ...]
+
+
+@attrs.frozen
+class ResetCache:
+    pass
+
+
+@attrs.frozen
+class TakeEvents:
+    pass
+
+
+@attrs.frozen
+class RequestHook:
+    """``on_new_request``, ``on_request_finished``, ``on_schedule_end`` or
+    ``shutdown``: none changes anything."""
+
+    name: str
+
+
+Operation = Union[
+    Lookup,
+    LookupPrefix,
+    PrepareStore,
+    CompleteStore,
+    PrepareLoad,
+    CompleteLoad,
+    Touch,
+    ResetCache,
+    TakeEvents,
+    RequestHook,
+]
+"""One manager call with its arguments."""
+
+Result = Union[bool, int, StoreResult, tuple[int, ...], tuple[OffloadingEvent, ...], None]
+"""What a call returns (see the module docstring)."""
+
+
+def dedup(keys: Iterable[OffloadKey]) -> tuple[OffloadKey, ...]:
+    """``keys`` without repeats, in first-occurrence order."""
+    return tuple(dict.fromkeys(keys))
+
+
+def apply_events(
+    view: frozenset[OffloadKey], events: Iterable[OffloadingEvent]
+) -> frozenset[OffloadKey]:
+    """What a consumer holding ``view`` holds after applying ``events``."""
+    for event in events:
+        view = view - frozenset(event.keys) if event.removed else view | frozenset(event.keys)
+    return view
+
+
+def _fresh_slots(model: ManagerModel) -> tuple[int, ...]:
+    return tuple(range(model.num_blocks))
+
+
+@attrs.frozen
+class ManagerModel:
+    """One state of an offloading manager (see the module docstring)."""
+
+    num_blocks: int
+    policy: PolicyModel
+    block_size: int = 16
+    enable_events: bool = False
+    medium: str = "CPU"
+    blocks: FrozenMap[OffloadKey, Block] = FrozenMap()
+    fresh: tuple[int, ...] = attrs.field(
+        default=attrs.Factory(_fresh_slots, takes_self=True)
+    )
+    free_list: tuple[int, ...] = ()
+    events: tuple[OffloadingEvent, ...] = ()
+    consumer_view: frozenset[OffloadKey] = frozenset()
+
+    @classmethod
+    def create(
+        cls,
+        num_blocks: int,
+        policy: str | PolicyModel = "lru",
+        *,
+        block_size: int = 16,
+        enable_events: bool = False,
+    ) -> ManagerModel:
+        """An empty manager with ``num_blocks`` slots and the named policy
+        (``"lru"``, ``"arc"``, ``"any"``) or the given policy model.
+
+        Raises :class:`ConfigurationError` for ``num_blocks < 1``,
+        ``block_size < 1`` or an unknown policy name.
+        """
+        if num_blocks < 1:
+            raise ConfigurationError(f"num_blocks must be >= 1, got {num_blocks}")
+        if block_size < 1:
+            raise ConfigurationError(f"block_size must be >= 1, got {block_size}")
+        model = policy if not isinstance(policy, str) else make_policy(policy, num_blocks)
+        return cls(
+            num_blocks=num_blocks,
+            policy=model,
+            block_size=block_size,
+            enable_events=enable_events,
+        )
+
+    # --- queries (pure, no result model) ---------------------------------
+
+    def phase(self, key: OffloadKey) -> Phase:
+        """The phase of ``key`` (ABSENT if untracked)."""
+        block = self.blocks.get(key)
+        return ABSENT if block is None else block.phase
+
+    def slot(self, key: OffloadKey) -> int | None:
+        """The slot of ``key``, ``None`` if untracked."""
+        block = self.blocks.get(key)
+        return None if block is None else block.slot
+
+    def readable_keys(self) -> frozenset[OffloadKey]:
+        """The keys whose ``lookup`` is True (READY or LOADING)."""
+        return frozenset(k for k, b in self.blocks.items() if b.phase.readable)
+
+    def free_count(self) -> int:
+        """How many slots are free."""
+        return len(self.fresh) + len(self.free_list)
+
+    def eligible_victims(self, offered: Iterable[OffloadKey]) -> tuple[OffloadKey, ...]:
+        """READY keys outside ``offered``, in ascending slot order."""
+        protected = frozenset(offered)
+        ready = [
+            (b.slot, k)
+            for k, b in self.blocks.items()
+            if b.phase.evictable and k not in protected
+        ]
+        return tuple(k for _, k in sorted(ready))
+
+    def new_keys(self, keys: Iterable[OffloadKey]) -> tuple[OffloadKey, ...]:
+        """The offered keys a ``prepare_store`` would store: ABSENT, offer
+        order, no repeats."""
+        return tuple(k for k in dedup(keys) if self.blocks.get(k) is None)
+
+    # --- calls ------------------------------------------------------------
+
+    def lookup(self, key: OffloadKey) -> tuple[ManagerModel, bool]:
+        """True iff ``key`` is READY or LOADING."""
+        return self, self.phase(key).readable
+
+    def lookup_prefix(self, keys: Iterable[OffloadKey]) -> tuple[ManagerModel, int]:
+        """Length of the longest prefix of READY/LOADING keys."""
+        hits = 0
+        for key in keys:
+            if not self.phase(key).readable:
+                break
+            hits += 1
+        return self, hits
+
+    def prepare_store(
+        self,
+        keys: Sequence[OffloadKey],
+        *,
+        victims: Sequence[OffloadKey] | None = None,
+        slots: Sequence[int] | None = None,
+    ) -> tuple[ManagerModel, StoreResult | None]:
+        """Make the ABSENT offered keys PENDING, evicting READY keys not
+        offered if free slots do not suffice.
+
+        Raises :class:`InvalidKeyError` for a key that is not ``bytes`` of at
+        least 4 bytes. ``None`` (and this very model) when fewer than
+        ``need = |new| - free`` eligible victims exist. ``victims``/``slots``:
+        the implementation's choices, checked (:class:`SpecViolation`).
+        """
+        offered = dedup(validate_offload_key(k) for k in keys)
+        new = self.new_keys(offered)
+        if not new:
+            if victims or slots:
+                raise SpecViolation(
+                    "7 store spec", "nothing to store, yet victims or slots were given"
+                )
+            return self, StoreResult((), (), ())
+        need = len(new) - self.free_count()
+        eligible = self.eligible_victims(offered)
+        chosen: tuple[OffloadKey, ...] = ()
+        if need > 0:
+            if victims is None:
+                picked = self.policy.choose_victims(need, eligible)
+                if picked is None:
+                    return self, None
+                chosen = picked
+            else:
+                reason = self.policy.check_victims(victims, need, eligible)
+                if reason is not None:
+                    raise SpecViolation("2/3/5 eviction", reason)
+                chosen = tuple(victims)
+        elif victims:
+            raise SpecViolation(
+                "5 liveness", f"free slots sufficed, yet {tuple(victims)!r} were evicted"
+            )
+
+        blocks = self.blocks.without(chosen)
+        free_list = self.free_list + tuple(self.blocks[k].slot for k in chosen)
+        events = self.events
+        if chosen and self.enable_events:
+            events += (self._event(chosen, removed=True),)
+
+        fresh = self.fresh
+        if slots is None:
+            from_fresh = fresh[: len(new)]
+            reused = len(new) - len(from_fresh)
+            taken = from_fresh + tuple(reversed(free_list))[:reused]
+            fresh = fresh[len(from_fresh) :]
+            free_list = free_list[: len(free_list) - reused]
+        else:
+            taken = tuple(slots)
+            pool = frozenset(fresh) | frozenset(free_list)
+            if len(taken) != len(new) or len(set(taken)) != len(taken):
+                raise SpecViolation(
+                    "7 store spec",
+                    f"{len(new)} distinct slots were needed, got {taken!r}",
+                )
+            if not all(isinstance(s, int) and s in pool for s in taken):
+                raise SpecViolation(
+                    "1 capacity", f"slots {taken!r} are not all free (free: {sorted(pool)!r})"
+                )
+            fresh = tuple(s for s in fresh if s not in taken)
+            free_list = tuple(s for s in free_list if s not in taken)
+
+        for key, slot in zip(new, taken):
+            blocks = blocks.set(key, Block(PENDING, slot))
+        model = attrs.evolve(
+            self,
+            blocks=blocks,
+            fresh=fresh,
+            free_list=free_list,
+            events=events,
+            policy=self.policy.evicted(chosen).inserted(new),
+        )
+        return model, StoreResult(new, taken, chosen)
+
+    def complete_store(
+        self, keys: Iterable[OffloadKey], success: bool = True
+    ) -> tuple[ManagerModel, None]:
+        """PENDING keys become READY (``success``, one ``stored`` event) or
+        ABSENT (failure: slot freed, no trace); READY/LOADING keys: no-op.
+
+        Raises :class:`IllegalTransitionError` for the first ABSENT key.
+        """
+        call = Call.COMPLETE_STORE_OK if success else Call.COMPLETE_STORE_FAILED
+        targets = {key: apply_call(key, self.phase(key), call)[0] for key in dedup(keys)}
+        changed = tuple(k for k, phase in targets.items() if phase != self.phase(k))
+        if success:
+            blocks = self.blocks
+            for key in changed:
+                blocks = blocks.set(key, Block(targets[key], self.blocks[key].slot))
+            events = self.events
+            if changed and self.enable_events:
+                events += (self._event(changed, removed=False),)
+            model = attrs.evolve(self, blocks=blocks, events=events)
+        else:
+            policy = self.policy
+            for key in changed:
+                policy = policy.removed(key)
+            model = attrs.evolve(
+                self,
+                blocks=self.blocks.without(changed),
+                free_list=self.free_list + tuple(self.blocks[k].slot for k in changed),
+                policy=policy,
+            )
+        return model, None
+
+    def prepare_load(
+        self, keys: Sequence[OffloadKey]
+    ) -> tuple[ManagerModel, tuple[int, ...]]:
+        """Each occurrence of a key adds one load (READY → LOADING(1),
+        LOADING(n) → LOADING(n+1)); the result names the keys' slots in call
+        order. Raises :class:`IllegalTransitionError` for the first key that
+        is not READY or LOADING."""
+        blocks = self._count_loads(keys, Call.PREPARE_LOAD)
+        return attrs.evolve(self, blocks=blocks), tuple(self.blocks[k].slot for k in keys)
+
+    def complete_load(self, keys: Sequence[OffloadKey]) -> tuple[ManagerModel, None]:
+        """Each occurrence of a key removes one load (LOADING(1) → READY).
+        Raises :class:`IllegalTransitionError` at the first occurrence that
+        finds no load in flight, naming the phase found there."""
+        return attrs.evolve(self, blocks=self._count_loads(keys, Call.COMPLETE_LOAD)), None
+
+    def touch(self, keys: Sequence[OffloadKey]) -> tuple[ManagerModel, None]:
+        """Recency only (see the policy); unknown keys are ignored."""
+        pending = frozenset(k for k, b in self.blocks.items() if b.phase == PENDING)
+        return attrs.evolve(self, policy=self.policy.touched(tuple(keys), pending)), None
+
+    def reset_cache(self) -> tuple[ManagerModel, None]:
+        """Every key ABSENT, every slot free (handed out ascending again), the
+        policy emptied; one ``removed`` event for the READY/LOADING keys, in
+        ascending slot order."""
+        readable = sorted((b.slot, k) for k, b in self.blocks.items() if b.phase.readable)
+        events = self.events
+        if readable and self.enable_events:
+            events += (self._event(tuple(k for _, k in readable), removed=True),)
+        model = attrs.evolve(
+            self,
+            blocks=FrozenMap(),
+            fresh=tuple(range(self.num_blocks)),
+            free_list=(),
+            events=events,
+            policy=self.policy.cleared(),
+        )
+        return model, None
+
+    def take_events(self) -> tuple[ManagerModel, tuple[OffloadingEvent, ...]]:
+        """The events since the last call, oldest first; the queue empties."""
+        view = apply_events(self.consumer_view, self.events)
+        return attrs.evolve(self, events=(), consumer_view=view), self.events
+
+    def request_hook(self, name: str) -> tuple[ManagerModel, None]:
+        """``on_new_request``, ``on_request_finished``, ``on_schedule_end``,
+        ``shutdown``: no change."""
+        return self, None
+
+    def apply(self, op: Operation) -> tuple[ManagerModel, Result]:
+        """Perform the call ``op`` describes."""
+        if isinstance(op, Lookup):
+            return self.lookup(op.key)
+        if isinstance(op, LookupPrefix):
+            return self.lookup_prefix(op.keys)
+        if isinstance(op, PrepareStore):
+            return self.prepare_store(op.keys, victims=op.victims, slots=op.slots)
+        if isinstance(op, CompleteStore):
+            return self.complete_store(op.keys, op.success)
+        if isinstance(op, PrepareLoad):
+            return self.prepare_load(op.keys)
+        if isinstance(op, CompleteLoad):
+            return self.complete_load(op.keys)
+        if isinstance(op, Touch):
+            return self.touch(op.keys)
+        if isinstance(op, ResetCache):
+            return self.reset_cache()
+        if isinstance(op, TakeEvents):
+            return self.take_events()
+        return self.request_hook(op.name)
+
+    # --- helpers ----------------------------------------------------------
+
+    def _event(self, keys: tuple[OffloadKey, ...], *, removed: bool) -> OffloadingEvent:
+        return OffloadingEvent(
+            keys=keys, block_size=self.block_size, medium=self.medium, removed=removed
+        )
+
+    def _count_loads(
+        self, keys: Sequence[OffloadKey], call: Call
+    ) -> FrozenMap[OffloadKey, Block]:
+        """``blocks`` after applying ``call`` once per occurrence, in order;
+        the first illegal occurrence raises and nothing is returned."""
+        phases: dict[OffloadKey, Phase] = {}
+        for key in keys:
+            phases[key] = apply_call(key, phases.get(key, self.phase(key)), call)[0]
+        blocks = self.blocks
+        for key, phase in phases.items():
+            blocks = blocks.set(key, Block(phase, self.blocks[key].slot))
+        return blocks
+
+
+
+__all__ = [
+    "Block",
+    "CompleteLoad",
+    "CompleteStore",
+    "FrozenMap",
+    "Lookup",
+    "LookupPrefix",
+    "ManagerModel",
+    "Operation",
+    "PrepareLoad",
+    "PrepareStore",
+    "RequestHook",
+    "ResetCache",
+    "Result",
+    "SpecViolation",
+    "StoreResult",
+    "TakeEvents",
+    "Touch",
+    "apply_events",
+    "dedup",
+]

@@ -1,0 +1,298 @@
+"""Replacement policies as immutable models.
+
+A policy model orders the keys a manager tracks and chooses eviction victims.
+It knows nothing of slots or events; :class:`~kvoffload.spec.model.ManagerModel`
+asks it four things and replaces it by the value each answer returns:
+
+- ``inserted(keys)``: ``keys`` (newly PENDING, never tracked) join the policy.
+- ``removed(key)``: a failed store leaves without a trace (no ghost).
+- ``touched(keys, pending)``: a ``touch`` call; ``pending`` is the set of
+  tracked keys that are PENDING (ARC keeps those in T1).
+- ``choose_victims(need, eligible)``: exactly ``need`` victims among
+  ``eligible`` (the READY keys outside the offered set, in ascending slot
+  order), or ``None`` when that many do not exist. A pure query.
+- ``check_victims(victims, need, eligible)``: ``None`` if ``victims`` (chosen
+  by an implementation) are what this policy allows, else the reason why not.
+- ``evicted(victims)``: the policy after ``victims`` left (ARC: ghosts).
+- ``cleared()``: the policy after ``reset_cache``.
+
+Sequences are tuples ordered least-recent first: the last element is the most
+recently used (the *MRU end*).
+
+- :class:`LRUModel`: one recency order.
+- :class:`ARCModel`: T1, T2, ghost lists B1, B2 and the adaptive target.
+- :class:`AnyPolicyModel`: no state; accepts every legal victim set, for
+  auditing backends whose policy is unknown.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from typing import Union
+
+import attrs
+
+from kvoffload.spec.errors import ConfigurationError
+from kvoffload.spec.keys import OffloadKey
+
+KeySeq = tuple[OffloadKey, ...]
+
+
+def _without(order: KeySeq, gone: Collection[OffloadKey]) -> KeySeq:
+    return tuple(key for key in order if key not in gone)
+
+
+def _to_mru(order: KeySeq, key: OffloadKey) -> KeySeq:
+    """``order`` with ``key`` moved (or added) to the MRU end."""
+    return _without(order, (key,)) + (key,)
+
+
+def _exact_choice(
+    policy: str, expected: KeySeq | None, victims: Sequence[OffloadKey]
+) -> str | None:
+    if expected is None:
+        return f"{policy} finds no such victims, yet {tuple(victims)!r} were evicted"
+    if tuple(victims) != expected:
+        return f"{policy} evicts {expected!r}, the implementation evicted {tuple(victims)!r}"
+    return None
+
+
+@attrs.frozen
+class LRUModel:
+    """Least-recently-used: ``order`` runs least-recent first.
+
+    Insert appends at the MRU end; ``touch`` walks its keys in reverse moving
+    each tracked key to the MRU end (so the first key ends most recent);
+    victims are the ``need`` least-recent eligible keys.
+    """
+
+    order: KeySeq = ()
+
+    name = "lru"
+
+    def resident(self) -> frozenset[OffloadKey] | None:
+        """The keys this policy orders (exactly the tracked keys)."""
+        return frozenset(self.order)
+
+    def inserted(self, keys: Sequence[OffloadKey]) -> LRUModel:
+        return LRUModel(self.order + tuple(keys))
+
+    def removed(self, key: OffloadKey) -> LRUModel:
+        return LRUModel(_without(self.order, (key,)))
+
+    def touched(
+        self, keys: Sequence[OffloadKey], pending: frozenset[OffloadKey]
+    ) -> LRUModel:
+        order = self.order
+        for key in reversed(keys):
+            if key in order:
+                order = _to_mru(order, key)
+        return LRUModel(order)
+
+    def choose_victims(
+        self, need: int, eligible: Sequence[OffloadKey]
+    ) -> KeySeq | None:
+        allowed = frozenset(eligible)
+        victims = tuple(key for key in self.order if key in allowed)[:need]
+        return victims if len(victims) == need else None
+
+    def check_victims(
+        self, victims: Sequence[OffloadKey], need: int, eligible: Sequence[OffloadKey]
+    ) -> str | None:
+        return _exact_choice("LRU", self.choose_victims(need, eligible), victims)
+
+    def evicted(self, victims: Sequence[OffloadKey]) -> LRUModel:
+        return LRUModel(_without(self.order, frozenset(victims)))
+
+    def cleared(self) -> LRUModel:
+        return LRUModel()
+
+
+@attrs.frozen
+class ARCModel:
+    """Adaptive replacement (reference 001/003, plus DESIGN.md's liveness rule).
+
+    ``t1`` holds keys seen once (and every PENDING key), ``t2`` keys touched
+    again while stored; ``b1``/``b2`` are ghosts of keys evicted from
+    ``t1``/``t2``; ``target`` is the adaptive size aimed at for T1
+    (``0.0 <= target <= capacity``).
+
+    - insert: each key leaves B1/B2 if there, and joins T1's MRU end.
+    - touch, keys walked in reverse: T1 & PENDING → T1's MRU end; T1 & stored
+      → T2's MRU end; T2 → T2's MRU end; B1 → ``target = min(target +
+      max(1, |B2|/|B1|), capacity)`` and B1's MRU end; B2 → ``target =
+      max(target - max(1, |B1|/|B2|), 0)`` and B2's MRU end; else ignored.
+    - evict n: ``virtual_t1 = |T1|``; for each victim prefer T1 when
+      ``virtual_t1 >= int(target)``, else T2; take that list's least-recent
+      eligible key not yet taken, else the other list's; none in either →
+      ``None``. A T1 victim decrements ``virtual_t1``. Afterwards T1 victims
+      join B1's MRU end, T2 victims B2's, and each ghost list is trimmed from
+      its LRU end to ``capacity`` entries.
+    """
+
+    capacity: int
+    t1: KeySeq = ()
+    t2: KeySeq = ()
+    b1: KeySeq = ()
+    b2: KeySeq = ()
+    target: float = 0.0
+
+    name = "arc"
+
+    def resident(self) -> frozenset[OffloadKey] | None:
+        """The keys in T1 or T2 (exactly the tracked keys)."""
+        return frozenset(self.t1 + self.t2)
+
+    def inserted(self, keys: Sequence[OffloadKey]) -> ARCModel:
+        new = frozenset(keys)
+        return attrs.evolve(
+            self,
+            t1=self.t1 + tuple(keys),
+            b1=_without(self.b1, new),
+            b2=_without(self.b2, new),
+        )
+
+    def removed(self, key: OffloadKey) -> ARCModel:
+        return attrs.evolve(
+            self, t1=_without(self.t1, (key,)), t2=_without(self.t2, (key,))
+        )
+
+    def touched(
+        self, keys: Sequence[OffloadKey], pending: frozenset[OffloadKey]
+    ) -> ARCModel:
+        t1, t2, b1, b2, target = self.t1, self.t2, self.b1, self.b2, self.target
+        for key in reversed(keys):
+            if key in t1:
+                if key in pending:
+                    t1 = _to_mru(t1, key)
+                else:
+                    t1 = _without(t1, (key,))
+                    t2 = _to_mru(t2, key)
+            elif key in t2:
+                t2 = _to_mru(t2, key)
+            elif key in b1:
+                delta = max(1, len(b2) / len(b1))
+                target = float(min(target + delta, self.capacity))
+                b1 = _to_mru(b1, key)
+            elif key in b2:
+                delta = max(1, len(b1) / len(b2))
+                target = float(max(target - delta, 0))
+                b2 = _to_mru(b2, key)
+        return attrs.evolve(self, t1=t1, t2=t2, b1=b1, b2=b2, target=target)
+
+    def choose_victims(
+        self, need: int, eligible: Sequence[OffloadKey]
+    ) -> KeySeq | None:
+        allowed = frozenset(eligible)
+        victims: list[OffloadKey] = []
+        virtual_t1 = len(self.t1)
+
+        def oldest(order: KeySeq) -> OffloadKey | None:
+            for key in order:
+                if key in allowed and key not in victims:
+                    return key
+            return None
+
+        while len(victims) < need:
+            preferred, other = (
+                (self.t1, self.t2)
+                if virtual_t1 >= int(self.target)
+                else (self.t2, self.t1)
+            )
+            victim = oldest(preferred)
+            if victim is None:
+                victim = oldest(other)
+            if victim is None:
+                return None
+            if victim in self.t1:
+                virtual_t1 -= 1
+            victims.append(victim)
+        return tuple(victims)
+
+    def check_victims(
+        self, victims: Sequence[OffloadKey], need: int, eligible: Sequence[OffloadKey]
+    ) -> str | None:
+        return _exact_choice("ARC", self.choose_victims(need, eligible), victims)
+
+    def evicted(self, victims: Sequence[OffloadKey]) -> ARCModel:
+        from_t1 = tuple(key for key in victims if key in self.t1)
+        from_t2 = tuple(key for key in victims if key in self.t2)
+        b1 = (self.b1 + from_t1)[-self.capacity :] if self.capacity else ()
+        b2 = (self.b2 + from_t2)[-self.capacity :] if self.capacity else ()
+        return attrs.evolve(
+            self,
+            t1=_without(self.t1, frozenset(from_t1)),
+            t2=_without(self.t2, frozenset(from_t2)),
+            b1=b1,
+            b2=b2,
+        )
+
+    def cleared(self) -> ARCModel:
+        return ARCModel(capacity=self.capacity)
+
+
+@attrs.frozen
+class AnyPolicyModel:
+    """Any policy at all: the victims are the implementation's choice.
+
+    ``check_victims`` accepts a victim tuple when it has exactly ``need``
+    distinct keys, all eligible (READY, not offered). When the model runs
+    alone (no victims given) it takes the first ``need`` eligible keys in
+    ascending slot order. It has no state, so it never constrains recency.
+    """
+
+    name = "any"
+
+    def resident(self) -> frozenset[OffloadKey] | None:
+        """``None``: this policy keeps no order of its own."""
+        return None
+
+    def inserted(self, keys: Sequence[OffloadKey]) -> AnyPolicyModel:
+        return self
+
+    def removed(self, key: OffloadKey) -> AnyPolicyModel:
+        return self
+
+    def touched(
+        self, keys: Sequence[OffloadKey], pending: frozenset[OffloadKey]
+    ) -> AnyPolicyModel:
+        return self
+
+    def choose_victims(
+        self, need: int, eligible: Sequence[OffloadKey]
+    ) -> KeySeq | None:
+        return tuple(eligible[:need]) if len(eligible) >= need else None
+
+    def check_victims(
+        self, victims: Sequence[OffloadKey], need: int, eligible: Sequence[OffloadKey]
+    ) -> str | None:
+        if len(victims) != need:
+            return f"{need} victims were needed, the implementation evicted {len(victims)}"
+        if len(set(victims)) != len(victims):
+            return f"victims {tuple(victims)!r} repeat a key"
+        allowed = frozenset(eligible)
+        for key in victims:
+            if key not in allowed:
+                return f"victim {key!r} is not READY or was offered (eligible: {tuple(eligible)!r})"
+        return None
+
+    def evicted(self, victims: Sequence[OffloadKey]) -> AnyPolicyModel:
+        return self
+
+    def cleared(self) -> AnyPolicyModel:
+        return self
+
+
+PolicyModel = Union[LRUModel, ARCModel, AnyPolicyModel]
+"""Any of the three policy models (they share the methods above)."""
+
+
+def make_policy(name: str, capacity: int) -> PolicyModel:
+    """The empty policy model called ``name`` (``"lru"``, ``"arc"`` or ``"any"``)."""
+    if name == "lru":
+        return LRUModel()
+    if name == "arc":
+        return ARCModel(capacity=capacity)
+    if name == "any":
+        return AnyPolicyModel()
+    raise ConfigurationError(f"unknown cache policy {name!r}; expected 'lru', 'arc' or 'any'")
