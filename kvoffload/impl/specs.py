@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from kvoffload.spec.contract import LoadStoreSpec
+from kvoffload.spec.errors import TransferError
 
 
 class BlockIDsLoadStoreSpec(LoadStoreSpec):
@@ -50,3 +51,90 @@ class CPULoadStoreSpec(BlockIDsLoadStoreSpec):
     @staticmethod
     def medium() -> str:
         return "CPU"
+
+
+class GPULoadStoreSpec(BlockIDsLoadStoreSpec):
+    """Blocks of the GPU KV cache, grouped by KV-cache group.
+
+    ``block_ids`` are ordered by group: the first ``group_sizes[0]`` ids
+    belong to group 0, the next ``group_sizes[1]`` to group 1, and so on, so
+    ``sum(group_sizes) == len(block_ids)``. ``group_sizes=None`` means one
+    group holding every id.
+
+    ``block_indices[g]`` is the logical index (within its request) of the
+    first block of group ``g``; a worker uses it to start part-way into the
+    first offloaded block when an offloaded block spans several GPU blocks.
+    ``block_indices=None`` means every group starts on an offloaded-block
+    boundary (all zeros). ``len(block_indices) == len(group_sizes)``.
+
+    Raises :class:`~kvoffload.spec.errors.TransferError` if a block id is
+    negative, a group size or block index is negative, the group sizes do not
+    sum to the number of ids, or the two per-group sequences differ in length.
+    """
+
+    __slots__ = ("group_sizes", "block_indices")
+
+    def __init__(
+        self,
+        block_ids: Iterable[int] | npt.NDArray[Any],
+        group_sizes: Sequence[int] | None = None,
+        block_indices: Sequence[int] | None = None,
+    ) -> None:
+        super().__init__(block_ids)
+        num_ids = len(self)
+        if num_ids and int(self.block_ids.min()) < 0:
+            raise TransferError(
+                f"GPU block ids must be non-negative, got {int(self.block_ids.min())}"
+            )
+        sizes = (num_ids,) if group_sizes is None else _as_int_tuple(group_sizes, "group_sizes")
+        if any(size < 0 for size in sizes):
+            raise TransferError(f"group_sizes must be non-negative, got {list(sizes)}")
+        if sum(sizes) != num_ids:
+            raise TransferError(
+                f"group_sizes {list(sizes)} sum to {sum(sizes)} but there are "
+                f"{num_ids} block ids"
+            )
+        if block_indices is None:
+            indices = (0,) * len(sizes)
+        else:
+            indices = _as_int_tuple(block_indices, "block_indices")
+        if len(indices) != len(sizes):
+            raise TransferError(
+                f"block_indices has {len(indices)} entries but there are "
+                f"{len(sizes)} groups"
+            )
+        if any(index < 0 for index in indices):
+            raise TransferError(f"block_indices must be non-negative, got {list(indices)}")
+        self.group_sizes: tuple[int, ...] = sizes
+        self.block_indices: tuple[int, ...] = indices
+
+    @staticmethod
+    def medium() -> str:
+        return "GPU"
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, GPULoadStoreSpec):
+            return NotImplemented
+        return (
+            bool(np.array_equal(self.block_ids, other.block_ids))
+            and self.group_sizes == other.group_sizes
+            and self.block_indices == other.block_indices
+        )
+
+    __hash__ = None
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}({self.block_ids.tolist()!r}, "
+            f"group_sizes={list(self.group_sizes)!r}, "
+            f"block_indices={list(self.block_indices)!r})"
+        )
+
+
+def _as_int_tuple(values: Sequence[int], name: str) -> tuple[int, ...]:
+    result: list[int] = []
+    for value in values:
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            raise TransferError(f"{name} must hold integers, got {value!r}")
+        result.append(int(value))
+    return tuple(result)

@@ -1,0 +1,484 @@
+"""CPU<->GPU transfer handlers over canonical KV caches (imports torch).
+
+:class:`CpuGpuOffloadingHandlers` allocates the CPU side (one pinned tensor
+per canonical GPU tensor; plain memory where pinning is unavailable) and
+builds one :class:`SingleDirectionOffloadingHandler` per direction.
+
+On CUDA each transfer runs on a stream from a pool, after the previous
+transfer of its direction (an event), and a GPU->CPU transfer also after
+the work already queued on the compute stream; results come back in
+submission order with times measured by CUDA events. When the KV tensors
+live on the CPU the same handlers copy synchronously, so the index
+arithmetic and the bytes are testable without a GPU.
+
+Copies per transfer and tensor: each run of consecutive rows (on both sides)
+of at least ``direct_copy_min_bytes`` is one ``copy_``; every other row goes
+in one batched gather and scatter (on CUDA through pinned staging buffers:
+gather on the side that owns the source rows, one DMA, scatter on the side
+that owns the destination rows). No Python loop runs per block.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from collections.abc import Callable, Collection
+from typing import cast
+
+import attrs
+import numpy as np
+import torch
+
+from kvoffload.impl.specs import CPULoadStoreSpec, GPULoadStoreSpec
+from kvoffload.impl.worker.base import (
+    OffloadingHandler,
+    TransferResult,
+    TransferSpec,
+    TransferType,
+)
+from kvoffload.impl.worker.canonical import CanonicalKVCaches
+from kvoffload.impl.worker.planning import (
+    BlockRows,
+    IntArray,
+    RowCopyPlan,
+    map_block_rows,
+    plan_row_copies,
+)
+from kvoffload.spec.errors import ConfigurationError, TransferError
+
+logger = logging.getLogger(__name__)
+
+
+# torch leaves these untyped; give them the types they have.
+def _new_stream(device: torch.device) -> torch.cuda.Stream:
+    make = cast(Callable[[torch.device], torch.cuda.Stream], torch.cuda.Stream)
+    return make(device)
+
+
+def _new_timing_event() -> torch.cuda.Event:
+    make = cast(Callable[..., torch.cuda.Event], torch.cuda.Event)
+    return make(enable_timing=True)
+
+
+def _event_done(event: torch.cuda.Event) -> bool:
+    query = cast(Callable[[], bool], event.query)
+    return bool(query())
+
+DEFAULT_DIRECT_COPY_MIN_BYTES = 128 * 1024
+"""Runs at least this long are copied directly (one DMA each); shorter ones
+are batched. Below about this size a copy's launch overhead outweighs its
+transfer time on PCIe."""
+
+
+@attrs.frozen(eq=False)
+class _Layout:
+    """What both directions share: the tensors and their geometry."""
+
+    gpu_tensors: tuple[torch.Tensor, ...]
+    cpu_tensors: tuple[torch.Tensor, ...]
+    row_bytes: tuple[int, ...]
+    # Per tensor: the KV-cache groups using it, or None when all groups do.
+    tensor_groups: tuple[tuple[int, ...] | None, ...]
+    num_groups: int
+    num_gpu_blocks: int
+    num_cpu_blocks: int
+    block_size_factor: int
+    device: torch.device
+
+    @property
+    def on_cuda(self) -> bool:
+        return self.device.type == "cuda"
+
+
+class _Transfer:
+    """A submitted job, from submission until its result is taken."""
+
+    __slots__ = (
+        "job_id", "size", "reported", "stream", "start_event", "end_event",
+        "cpu_seconds", "keepalive", "deferred",
+    )
+
+    def __init__(self, job_id: int, size: int, reported: bool) -> None:
+        self.job_id = job_id
+        self.size = size
+        self.reported = reported
+        self.stream: torch.cuda.Stream | None = None
+        self.start_event: torch.cuda.Event | None = None
+        self.end_event: torch.cuda.Event | None = None
+        self.cpu_seconds = 0.0
+        # Tensors the queued copies read or write, held until they finish.
+        self.keepalive: list[torch.Tensor] = []
+        # Host-side work to run once the device work is done (CPU scatters).
+        self.deferred: list[Callable[[], None]] = []
+
+
+class SingleDirectionOffloadingHandler(OffloadingHandler):
+    """Moves blocks GPU->CPU (``to_cpu``) or CPU->GPU for a
+    :class:`CpuGpuOffloadingHandlers`.
+
+    Accepts ``(GPULoadStoreSpec, CPULoadStoreSpec)`` when ``to_cpu``, else
+    ``(CPULoadStoreSpec, GPULoadStoreSpec)``; see
+    :func:`~kvoffload.impl.worker.planning.map_block_rows` for how the ids
+    pair up and what raises :class:`TransferError`.
+    """
+
+    def __init__(self, layout: _Layout, *, to_cpu: bool, direct_copy_min_bytes: int) -> None:
+        self._layout = layout
+        self._to_cpu = to_cpu
+        self._direct_copy_min_bytes = direct_copy_min_bytes
+        self.transfer_type: TransferType = ("GPU", "CPU") if to_cpu else ("CPU", "GPU")
+        self._transfers: deque[_Transfer] = deque()
+        self._job_ids: set[int] = set()
+        self._ready: list[TransferResult] = []
+        self._last_end_event: torch.cuda.Event | None = None
+        self._stream_pool: list[torch.cuda.Stream] = []
+        self._event_pool: list[torch.cuda.Event] = []
+
+    # ----------------------------------------------------------- submission
+
+    def transfer_async(self, job_id: int, spec: TransferSpec) -> bool:
+        src, dst = spec
+        rows = self._map_rows(src, dst)
+        if job_id in self._job_ids:
+            raise TransferError(f"job {job_id} is already in flight")
+        layout = self._layout
+        src_rows, dst_rows = (
+            (rows.gpu_rows, rows.cpu_rows) if self._to_cpu else (rows.cpu_rows, rows.gpu_rows)
+        )
+        plans = self._plan(rows, src_rows, dst_rows)
+        size = sum(plan.num_rows * layout.row_bytes[idx] for idx, plan in enumerate(plans))
+        if layout.on_cuda:
+            accepted = self._submit_cuda(job_id, size, plans)
+        else:
+            accepted = self._submit_sync(job_id, size, plans)
+        if accepted:
+            self._job_ids.add(job_id)
+        return accepted
+
+    def _map_rows(self, src: object, dst: object) -> BlockRows:
+        layout = self._layout
+        if self._to_cpu:
+            gpu_spec, cpu_spec = src, dst
+        else:
+            cpu_spec, gpu_spec = src, dst
+        if not isinstance(gpu_spec, GPULoadStoreSpec) or not isinstance(
+            cpu_spec, CPULoadStoreSpec
+        ):
+            raise TransferError(
+                f"the {self.transfer_type[0]} -> {self.transfer_type[1]} handler "
+                f"takes ({self.transfer_type[0]}, {self.transfer_type[1]}) specs, "
+                f"got ({type(src).__name__}, {type(dst).__name__})"
+            )
+        return map_block_rows(
+            gpu_spec,
+            cpu_spec,
+            block_size_factor=layout.block_size_factor,
+            num_groups=layout.num_groups,
+            num_gpu_blocks=layout.num_gpu_blocks,
+            num_cpu_blocks=layout.num_cpu_blocks,
+            to_cpu=self._to_cpu,
+        )
+
+    def _plan(
+        self, rows: BlockRows, src_rows: IntArray, dst_rows: IntArray
+    ) -> list[RowCopyPlan]:
+        """One plan per tensor; tensors with the same groups and row size
+        share one."""
+        layout = self._layout
+        shared: dict[tuple[tuple[int, ...] | None, int], RowCopyPlan] = {}
+        plans: list[RowCopyPlan] = []
+        for idx, groups in enumerate(layout.tensor_groups):
+            row_bytes = layout.row_bytes[idx]
+            plan = shared.get((groups, row_bytes))
+            if plan is None:
+                if groups is None:
+                    src, dst = src_rows, dst_rows
+                else:
+                    mask = np.isin(rows.group_of_row, np.asarray(groups, dtype=np.int64))
+                    src, dst = src_rows[mask], dst_rows[mask]
+                plan = plan_row_copies(
+                    src, dst, row_bytes=row_bytes,
+                    direct_min_bytes=self._direct_copy_min_bytes,
+                )
+                shared[(groups, row_bytes)] = plan
+            plans.append(plan)
+        return plans
+
+    def _tensor_pairs(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        layout = self._layout
+        if self._to_cpu:
+            return list(zip(layout.gpu_tensors, layout.cpu_tensors))
+        return list(zip(layout.cpu_tensors, layout.gpu_tensors))
+
+    def _submit_sync(self, job_id: int, size: int, plans: list[RowCopyPlan]) -> bool:
+        start = time.perf_counter()
+        index_cache: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        for (src, dst), plan in zip(self._tensor_pairs(), plans):
+            _copy_runs(src, dst, plan, non_blocking=False)
+            if plan.gather_src.shape[0]:
+                src_idx, dst_idx = _host_indices(plan, index_cache)
+                dst.index_copy_(0, dst_idx, src.index_select(0, src_idx))
+        transfer = _Transfer(job_id, size, reported=True)
+        transfer.cpu_seconds = time.perf_counter() - start
+        self._transfers.append(transfer)
+        return True
+
+    def _submit_cuda(self, job_id: int, size: int, plans: list[RowCopyPlan]) -> bool:
+        device = self._layout.device
+        stream = self._stream_pool.pop() if self._stream_pool else _new_stream(device)
+        start_event, end_event = self._take_event(), self._take_event()
+        transfer = _Transfer(job_id, size, reported=True)
+        transfer.stream, transfer.start_event, transfer.end_event = stream, start_event, end_event
+        if self._to_cpu:
+            # The blocks to offload were written by work already queued on the
+            # compute stream.
+            stream.wait_stream(torch.cuda.current_stream(device))
+        if self._last_end_event is not None:
+            stream.wait_event(self._last_end_event)
+        try:
+            with torch.cuda.stream(stream):
+                start_event.record(stream)
+                self._enqueue_cuda(transfer, plans)
+        except Exception:
+            logger.warning("job %d failed while being queued", job_id, exc_info=True)
+            transfer.reported = False
+        # Even a half-queued transfer is ordered before the next one.
+        end_event.record(stream)
+        self._last_end_event = end_event
+        self._transfers.append(transfer)
+        return transfer.reported
+
+    def _enqueue_cuda(self, transfer: _Transfer, plans: list[RowCopyPlan]) -> None:
+        device = self._layout.device
+        index_cache: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        device_index_cache: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        for (src, dst), plan in zip(self._tensor_pairs(), plans):
+            _copy_runs(src, dst, plan, non_blocking=True)
+            count = int(plan.gather_src.shape[0])
+            if count == 0:
+                continue
+            src_idx, dst_idx = _host_indices(plan, index_cache)
+            key = id(plan)
+            if key not in device_index_cache:
+                device_index_cache[key] = (
+                    src_idx.to(device, non_blocking=True),
+                    dst_idx.to(device, non_blocking=True),
+                )
+            src_idx_dev, dst_idx_dev = device_index_cache[key]
+            staging = torch.empty(
+                (count, src.shape[1]), dtype=torch.int8, pin_memory=True
+            )
+            if self._to_cpu:
+                # Gather on the GPU, one DMA into pinned staging, scatter into
+                # the CPU tensor once the DMA is done.
+                gathered = torch.index_select(src, 0, src_idx_dev)
+                staging.copy_(gathered, non_blocking=True)
+                transfer.keepalive += [gathered, staging, src_idx_dev, dst_idx_dev]
+                transfer.deferred.append(
+                    _scatter_later(dst, dst_idx, staging)
+                )
+            else:
+                # Gather on the host into pinned staging, one DMA, scatter on
+                # the GPU.
+                torch.index_select(src, 0, src_idx, out=staging)
+                on_device = staging.to(device, non_blocking=True)
+                dst.index_copy_(0, dst_idx_dev, on_device)
+                transfer.keepalive += [staging, on_device, src_idx_dev, dst_idx_dev]
+
+    def _take_event(self) -> torch.cuda.Event:
+        if self._event_pool:
+            return self._event_pool.pop()
+        return _new_timing_event()
+
+    # ------------------------------------------------------------ completion
+
+    def get_finished(self) -> list[TransferResult]:
+        results, self._ready = self._ready, []
+        while self._transfers and _is_done(self._transfers[0]):
+            result = self._finish(self._transfers.popleft())
+            if result is not None:
+                results.append(result)
+        return results
+
+    def wait(self, job_ids: Collection[int]) -> None:
+        wanted = set(job_ids) & self._job_ids
+        if not wanted:
+            return
+        last = max(pos for pos, item in enumerate(self._transfers) if item.job_id in wanted)
+        end_event = self._transfers[last].end_event
+        if end_event is not None:
+            # Transfers of one direction run in order: the last one done
+            # means all before it are.
+            end_event.synchronize()
+        for _ in range(last + 1):
+            result = self._finish(self._transfers.popleft())
+            if result is not None:
+                self._ready.append(result)
+
+    def _finish(self, transfer: _Transfer) -> TransferResult | None:
+        for action in transfer.deferred:
+            action()
+        seconds = transfer.cpu_seconds
+        if transfer.start_event is not None and transfer.end_event is not None:
+            seconds = transfer.start_event.elapsed_time(transfer.end_event) * 1e-3
+            self._event_pool += [transfer.start_event, transfer.end_event]
+            if transfer.end_event is self._last_end_event:
+                self._last_end_event = None
+        if transfer.stream is not None:
+            self._stream_pool.append(transfer.stream)
+        transfer.keepalive.clear()
+        transfer.deferred.clear()
+        self._job_ids.discard(transfer.job_id)
+        if not transfer.reported:
+            return None
+        return TransferResult(
+            transfer.job_id,
+            success=True,
+            transfer_size=transfer.size,
+            transfer_time=seconds,
+            transfer_type=self.transfer_type,
+        )
+
+    def shutdown(self) -> None:
+        self.wait(list(self._job_ids))
+        self._stream_pool.clear()
+        self._event_pool.clear()
+
+
+def _is_done(transfer: _Transfer) -> bool:
+    return transfer.end_event is None or _event_done(transfer.end_event)
+
+
+def _copy_runs(
+    src: torch.Tensor, dst: torch.Tensor, plan: RowCopyPlan, *, non_blocking: bool
+) -> None:
+    for src_row, dst_row, length in zip(
+        plan.run_src.tolist(), plan.run_dst.tolist(), plan.run_lengths.tolist()
+    ):
+        dst[dst_row : dst_row + length].copy_(
+            src[src_row : src_row + length], non_blocking=non_blocking
+        )
+
+
+def _host_indices(
+    plan: RowCopyPlan, cache: dict[int, tuple[torch.Tensor, torch.Tensor]]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    key = id(plan)
+    if key not in cache:
+        cache[key] = (torch.from_numpy(plan.gather_src), torch.from_numpy(plan.gather_dst))
+    return cache[key]
+
+
+def _scatter_later(
+    dst: torch.Tensor, dst_idx: torch.Tensor, staging: torch.Tensor
+) -> Callable[[], None]:
+    def scatter() -> None:
+        dst.index_copy_(0, dst_idx, staging)
+
+    return scatter
+
+
+class CpuGpuOffloadingHandlers:
+    """The CPU tier for ``kv_caches`` and the two handlers that fill and
+    drain it.
+
+    Every canonical tensor gets a CPU tensor of ``num_cpu_blocks *
+    block_size_factor`` rows of the same width: offloaded block ``b`` is rows
+    ``b * block_size_factor`` onward (:meth:`cpu_block_view` shows it as one
+    row per offloaded block). The CPU tensors are pinned when the KV caches
+    are on CUDA and ``pin_memory`` holds, and plain memory otherwise.
+
+    Raises :class:`ConfigurationError` for malformed ``kv_caches`` (see
+    :meth:`CanonicalKVCaches.validate`) or non-positive counts.
+    """
+
+    def __init__(
+        self,
+        kv_caches: CanonicalKVCaches,
+        block_size_factor: int,
+        num_cpu_blocks: int,
+        *,
+        pin_memory: bool = True,
+        direct_copy_min_bytes: int = DEFAULT_DIRECT_COPY_MIN_BYTES,
+    ) -> None:
+        for name, value in (
+            ("block_size_factor", block_size_factor),
+            ("num_cpu_blocks", num_cpu_blocks),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ConfigurationError(f"{name} must be a positive int, got {value!r}")
+        if direct_copy_min_bytes < 0:
+            raise ConfigurationError(
+                f"direct_copy_min_bytes must be >= 0, got {direct_copy_min_bytes}"
+            )
+        num_gpu_blocks = kv_caches.validate()
+        device = kv_caches.tensors[0].tensor.device
+        if device.type not in ("cuda", "cpu"):
+            raise ConfigurationError(f"KV caches on {device} are not supported")
+        pin = pin_memory and device.type == "cuda"
+        cpu_tensors, self.pinned = _allocate_cpu_tensors(
+            [item.page_size_bytes for item in kv_caches.tensors],
+            num_cpu_blocks * block_size_factor,
+            pin,
+        )
+        all_groups = tuple(range(kv_caches.num_groups))
+        tensor_groups: list[tuple[int, ...] | None] = []
+        for idx in range(len(kv_caches.tensors)):
+            groups = tuple(
+                group
+                for group in all_groups
+                if idx in kv_caches.tensors_of_group(group)
+            )
+            tensor_groups.append(None if groups == all_groups else groups)
+        self._layout = _Layout(
+            gpu_tensors=tuple(item.tensor for item in kv_caches.tensors),
+            cpu_tensors=tuple(cpu_tensors),
+            row_bytes=tuple(item.page_size_bytes for item in kv_caches.tensors),
+            tensor_groups=tuple(tensor_groups),
+            num_groups=kv_caches.num_groups,
+            num_gpu_blocks=num_gpu_blocks,
+            num_cpu_blocks=num_cpu_blocks,
+            block_size_factor=block_size_factor,
+            device=device,
+        )
+        self.block_size_factor = block_size_factor
+        self.num_cpu_blocks = num_cpu_blocks
+        self.num_gpu_blocks = num_gpu_blocks
+        self.gpu_to_cpu_handler = SingleDirectionOffloadingHandler(
+            self._layout, to_cpu=True, direct_copy_min_bytes=direct_copy_min_bytes
+        )
+        self.cpu_to_gpu_handler = SingleDirectionOffloadingHandler(
+            self._layout, to_cpu=False, direct_copy_min_bytes=direct_copy_min_bytes
+        )
+
+    @property
+    def cpu_tensors(self) -> tuple[torch.Tensor, ...]:
+        """The CPU tensors, one per canonical tensor, with GPU-block-sized rows."""
+        return self._layout.cpu_tensors
+
+    def cpu_block_view(self, tensor_idx: int) -> torch.Tensor:
+        """CPU tensor ``tensor_idx`` with one row per offloaded block."""
+        tensor = self._layout.cpu_tensors[tensor_idx]
+        return tensor.view(self.num_cpu_blocks, -1)
+
+    @property
+    def cpu_bytes(self) -> int:
+        """Bytes of CPU memory held by the CPU tensors."""
+        return sum(t.numel() for t in self._layout.cpu_tensors)
+
+
+def _allocate_cpu_tensors(
+    row_bytes: list[int], num_rows: int, pin: bool
+) -> tuple[list[torch.Tensor], bool]:
+    if pin:
+        try:
+            return (
+                [torch.empty((num_rows, width), dtype=torch.int8, pin_memory=True)
+                 for width in row_bytes],
+                True,
+            )
+        except RuntimeError:
+            logger.warning("pinned memory unavailable; using pageable CPU memory",
+                           exc_info=True)
+    return [torch.empty((num_rows, width), dtype=torch.int8) for width in row_bytes], False
