@@ -19,6 +19,12 @@ from kvoffload.impl.worker.canonical import (
     CanonicalKVCaches,
     CanonicalKVCacheTensor,
 )
+from kvoffload.impl.worker.spec import (
+    CPUOffloadingConfig,
+    CPUOffloadingSpec,
+    HandlerEntry,
+    OffloadingSpec,
+)
 from kvoffload.impl.worker.worker import OffloadingWorker
 
 if TYPE_CHECKING:
@@ -33,11 +39,15 @@ _LAZY = {
 }
 
 __all__ = [
+    "CPUOffloadingConfig",
+    "CPUOffloadingSpec",
     "CanonicalKVCacheRef",
     "CanonicalKVCacheTensor",
     "CanonicalKVCaches",
     "CpuGpuOffloadingHandlers",
+    "HandlerEntry",
     "OffloadingHandler",
+    "OffloadingSpec",
     "OffloadingWorker",
     "SingleDirectionOffloadingHandler",
     "TransferResult",

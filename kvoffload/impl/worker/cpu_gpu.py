@@ -413,6 +413,7 @@ class CpuGpuOffloadingHandlers:
                 f"direct_copy_min_bytes must be >= 0, got {direct_copy_min_bytes}"
             )
         num_gpu_blocks = kv_caches.validate()
+        self.kv_caches = kv_caches
         device = kv_caches.tensors[0].tensor.device
         if device.type not in ("cuda", "cpu"):
             raise ConfigurationError(f"KV caches on {device} are not supported")
