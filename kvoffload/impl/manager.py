@@ -99,8 +99,11 @@ class OffloadingManagerCore(OffloadingManager):
         for key in keys:
             block = get(key)
             if block is None or block.ref_cnt <= 0:
+                # the phase this occurrence found (READY for a repeat that ran
+                # out of loads), not the phase restored by the undo
+                found = self.phase(key)
                 self._undo_complete_load(done)
-                raise IllegalTransitionError(key, self.phase(key), Call.COMPLETE_LOAD)
+                raise IllegalTransitionError(key, found, Call.COMPLETE_LOAD)
             block.ref_cnt -= 1
             if block.ref_cnt == 0:
                 unpinned(key)
