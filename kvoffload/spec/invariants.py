@@ -34,7 +34,6 @@ checks the state after).
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Union
@@ -54,6 +53,7 @@ from kvoffload.spec.model import (
     Result,
     StoreResult,
     TakeEvents,
+    Touch,
     dedup,
 )
 from kvoffload.spec.errors import OffloadingError
@@ -198,14 +198,20 @@ def events_consistent(state: State) -> Violation | None:
 # --- step invariants --------------------------------------------------------
 
 
-def _calls_on(step: Step, key: OffloadKey) -> list[Call]:
-    """The table calls ``step`` makes on ``key``, in order."""
+def table_calls(step: Step, key: OffloadKey) -> list[Call]:
+    """The lifecycle-table calls ``step`` makes on ``key``, in order: what
+    :func:`follows_table` replays, and what a coverage count tallies."""
     op, result = step.op, step.result
-    if isinstance(op, PrepareStore) and isinstance(result, StoreResult):
+    if isinstance(op, PrepareStore):
+        if not isinstance(result, StoreResult):
+            return []
         if key in result.keys_to_store:
             return [Call.PREPARE_STORE]
         if key in result.evicted:
             return [Call.EVICT]
+        offered = passed_keys(step.before, op.keys)
+        if key in offered and key in manager_of(step.before).blocks:
+            return [Call.PREPARE_STORE]
         return []
     if isinstance(op, CompleteStore) and key in op.keys:
         return [Call.COMPLETE_STORE_OK if op.success else Call.COMPLETE_STORE_FAILED]
@@ -213,19 +219,26 @@ def _calls_on(step: Step, key: OffloadKey) -> list[Call]:
         return [Call.PREPARE_LOAD] * op.keys.count(key)
     if isinstance(op, CompleteLoad):
         return [Call.COMPLETE_LOAD] * op.keys.count(key)
+    if isinstance(op, Touch) and key in op.keys:
+        return [Call.TOUCH]
     if isinstance(op, ResetCache):
         return [Call.RESET]
     return []
+
+
+def _mentioned(op: Operation) -> frozenset[OffloadKey]:
+    keys = getattr(op, "keys", ())
+    return frozenset(OffloadKey(k) for k in keys if isinstance(k, bytes))
 
 
 def follows_table(step: Step) -> Violation | None:
     """0: each key's phase after the step is what the lifecycle table gives
     for the calls the step made on it (no call: no change)."""
     before, after = manager_of(step.before), manager_of(step.after)
-    for key in set(before.blocks) | set(after.blocks):
+    for key in set(before.blocks) | set(after.blocks) | _mentioned(step.op):
         phase: Phase = before.phase(key)
         try:
-            for call in _calls_on(step, key):
+            for call in table_calls(step, key):
                 phase = apply_call(key, phase, call)[0]
         except OffloadingError as error:
             return Violation("0 lifecycle", f"the step made an illegal call: {error}", key)
@@ -409,5 +422,6 @@ __all__ = [
     "only_ready_evicted",
     "passed_keys",
     "store_spec",
+    "table_calls",
     "well_formed",
 ]
