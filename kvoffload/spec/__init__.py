@@ -47,3 +47,26 @@ __all__ = [
     "make_offload_key",
     "validate_offload_key",
 ]
+
+# The formal model (issue 3): lifecycle diagram, manager/policy/filter models,
+# invariants.
+from kvoffload.spec.invariants import Step, Violation, check_state, check_step
+from kvoffload.spec.lifecycle import render_mermaid
+from kvoffload.spec.model import ManagerModel, SpecViolation, StoreResult
+from kvoffload.spec.policies import AnyPolicyModel, ARCModel, LRUModel
+from kvoffload.spec.reuse import ReuseFilterModel
+
+__all__ += [
+    "ARCModel",
+    "AnyPolicyModel",
+    "LRUModel",
+    "ManagerModel",
+    "ReuseFilterModel",
+    "SpecViolation",
+    "Step",
+    "StoreResult",
+    "Violation",
+    "check_state",
+    "check_step",
+    "render_mermaid",
+]

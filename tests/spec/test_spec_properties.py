@@ -189,7 +189,7 @@ configs = st.fixed_dictionaries(
 )
 
 SETTINGS = settings(
-    max_examples=100,
+    max_examples=75,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
