@@ -185,7 +185,7 @@ def _edge_label(
     if call is Call.PREPARE_LOAD:
         text = "prepare_load (n+1)" if source is PhaseKind.LOADING else "prepare_load (n=1)"
     elif call is Call.COMPLETE_LOAD:
-        text = "complete_load (last load)" if last_load else "complete_load (n-1 > 0)"
+        text = "complete_load (last load)" if last_load else "complete_load (loads remain)"
     else:
         text = call.value
     if row.event is not None:

@@ -45,8 +45,9 @@ every event already taken (invariant 6).
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Generic, TypeVar, Union
+from typing import Generic, SupportsIndex, TypeVar, Union
 
 import attrs
 
@@ -334,7 +335,7 @@ class ManagerModel:
         keys: Sequence[OffloadKey],
         *,
         victims: Sequence[OffloadKey] | None = None,
-        slots: Sequence[int] | None = None,
+        slots: Iterable[SupportsIndex] | None = None,
     ) -> tuple[ManagerModel, StoreResult | None]:
         """Make the ABSENT offered keys PENDING, evicting READY keys not
         offered if free slots do not suffice.
@@ -345,9 +346,10 @@ class ManagerModel:
         the implementation's choices, checked (:class:`SpecViolation`).
         """
         offered = dedup(validate_offload_key(k) for k in keys)
+        given_slots = None if slots is None else tuple(slots)
         new = self.new_keys(offered)
         if not new:
-            if victims or slots:
+            if victims or given_slots:
                 raise SpecViolation(
                     "7 store spec", "nothing to store, yet victims or slots were given"
                 )
@@ -378,21 +380,24 @@ class ManagerModel:
             events += (self._event(chosen, removed=True),)
 
         fresh = self.fresh
-        if slots is None:
+        if given_slots is None:
             from_fresh = fresh[: len(new)]
             reused = len(new) - len(from_fresh)
             taken = from_fresh + tuple(reversed(free_list))[:reused]
             fresh = fresh[len(from_fresh) :]
             free_list = free_list[: len(free_list) - reused]
         else:
-            taken = tuple(slots)
+            try:
+                taken = tuple(operator.index(s) for s in given_slots)
+            except TypeError as error:
+                raise SpecViolation("7 store spec", f"slots {given_slots!r}: {error}") from None
             pool = frozenset(fresh) | frozenset(free_list)
             if len(taken) != len(new) or len(set(taken)) != len(taken):
                 raise SpecViolation(
                     "7 store spec",
                     f"{len(new)} distinct slots were needed, got {taken!r}",
                 )
-            if not all(isinstance(s, int) and s in pool for s in taken):
+            if not all(s in pool for s in taken):
                 raise SpecViolation(
                     "1 capacity", f"slots {taken!r} are not all free (free: {sorted(pool)!r})"
                 )

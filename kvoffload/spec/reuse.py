@@ -26,6 +26,7 @@ Transitions return ``(new_filter, result)`` like the manager model's, and
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import SupportsIndex
 
 import attrs
 
@@ -122,7 +123,7 @@ class ReuseFilterModel:
         keys: Sequence[OffloadKey],
         *,
         victims: Sequence[OffloadKey] | None = None,
-        slots: Sequence[int] | None = None,
+        slots: Iterable[SupportsIndex] | None = None,
     ) -> tuple[ReuseFilterModel, StoreResult | None]:
         checked = tuple(validate_offload_key(k) for k in keys)
         backing, result = self.backing.prepare_store(

@@ -3,6 +3,7 @@ hand-worked LRU and ARC examples of docs/SPEC.md."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from kvoffload.spec.contract import OffloadingEvent
@@ -177,6 +178,10 @@ def test_any_policy_accepts_every_legal_choice_and_nothing_else() -> None:
             model.prepare_store([D, E], victims=victims, slots=slots)
     with pytest.raises(SpecViolation):  # offered keys are protected
         model.prepare_store([D, E, A], victims=[C, A], slots=[2, 0])
+    # an implementation's numpy slot ids are fine, non-integers are not
+    assert model.prepare_store([D, E], victims=[C, A], slots=np.array([2, 0]))[1] == result
+    with pytest.raises(SpecViolation):
+        model.prepare_store([D, E], victims=[C, A], slots=[2.0, 0.0])  # type: ignore[list-item]
 
 
 def test_lru_and_arc_accept_only_their_own_victims() -> None:
