@@ -1,0 +1,98 @@
+"""The conformance kit: hold any offloading manager to the specification.
+
+- :func:`audit` runs the state machine against ``factory(num_blocks)`` and
+  returns an :class:`AuditReport` (with a replay script on failure).
+- :func:`conformance_test` turns ``(factory, policy)`` into a pytest test in
+  one line; :func:`machine_test_case` gives the raw Hypothesis
+  ``TestCase`` (for HypoFuzz campaigns).
+- :class:`LegacyManagerAdapter` audits managers written against the older
+  block-hash-list API.
+- :func:`check_exhaustively` runs every call sequence up to a depth.
+"""
+
+from __future__ import annotations
+
+import unittest
+from collections.abc import Callable
+
+from kvoffload.spec.contract import OffloadingManager
+from kvoffload.stateful.audit import AuditReport, audit
+from kvoffload.stateful.harness import (
+    Discrepancy,
+    Harness,
+    KitConfig,
+    ReuseFilterParams,
+)
+from kvoffload.stateful.legacy import LegacyManagerAdapter, LegacyOffloadingManager
+from kvoffload.stateful.machine import ManagerMachine, make_manager_machine
+from kvoffload.stateful.profiles import register_profiles
+
+
+def conformance_test(
+    factory: Callable[[int], OffloadingManager],
+    *,
+    policy: str = "any",
+    reuse_filter: ReuseFilterParams | None = None,
+    typed_errors: bool = True,
+    supports_reset: bool = True,
+    max_examples: int | None = None,
+) -> Callable[[], None]:
+    """A test function auditing ``factory``: assign it to a ``test_*`` name.
+
+    ``test_my_backend = conformance_test(make_backend, policy="any")``. The
+    active Hypothesis profile sets the budget unless ``max_examples`` is given.
+    The test fails with the audit's report and replay script.
+    """
+
+    def test() -> None:
+        report = audit(
+            factory,
+            policy=policy,
+            reuse_filter=reuse_filter,
+            typed_errors=typed_errors,
+            supports_reset=supports_reset,
+            max_examples=max_examples,
+        )
+        if not report.passed:
+            raise AssertionError(report.render())
+
+    test.__name__ = f"test_conformance_{getattr(factory, '__name__', 'manager')}"
+    return test
+
+
+def machine_test_case(
+    factory: Callable[[int], OffloadingManager],
+    *,
+    policy: str = "any",
+    reuse_filter: ReuseFilterParams | None = None,
+    typed_errors: bool = True,
+    supports_reset: bool = True,
+) -> type[unittest.TestCase]:
+    """The state machine as a ``unittest.TestCase`` (assign it to a
+    ``Test*`` name): Hypothesis's own shrinking and database, HypoFuzz-able."""
+    config = KitConfig(
+        factory,
+        policy=policy,
+        reuse_filter=reuse_filter,
+        typed_errors=typed_errors,
+        supports_reset=supports_reset,
+    )
+    test_case: type[unittest.TestCase] = make_manager_machine(config).TestCase
+    return test_case
+
+
+__all__ = [
+    "AuditReport",
+    "Discrepancy",
+    "Harness",
+    "KitConfig",
+    "LegacyManagerAdapter",
+    "LegacyOffloadingManager",
+    "ManagerMachine",
+    "ReuseFilterParams",
+    "audit",
+    "conformance_test",
+    "machine_test_case",
+    "make_manager_machine",
+    "register_profiles",
+]

@@ -1,0 +1,245 @@
+"""The Hypothesis state machine of the conformance kit.
+
+:func:`make_manager_machine` turns a :class:`KitConfig` into a
+``RuleBasedStateMachine`` subclass whose rules make every call of the
+contract — legal ones, and illegal ones for managers that promise typed
+errors — and step a :class:`~kvoffload.stateful.harness.Harness` with each.
+Bundles carry stores and loads in flight between ``prepare_*`` and
+``complete_*``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any, ClassVar
+
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    Bundle,
+    RuleBasedStateMachine,
+    consumes,
+    initialize,
+    invariant,
+    multiple,
+    precondition,
+    rule,
+)
+
+from kvoffload.spec.keys import OffloadKey
+from kvoffload.spec.lifecycle import PhaseKind
+from kvoffload.spec.model import (
+    CompleteLoad,
+    CompleteStore,
+    Lookup,
+    LookupPrefix,
+    Operation,
+    PrepareLoad,
+    PrepareStore,
+    RequestHook,
+    ResetCache,
+    TakeEvents,
+    Touch,
+)
+from kvoffload.stateful.harness import Harness, KitConfig, core_of
+
+BAD_KEYS: tuple[object, ...] = (b"", b"abc", "blk00\x00\x00\x00\x00", 7, None)
+"""Offers that are not valid keys: too short, not bytes."""
+
+
+class TraceSink:
+    """Where a machine leaves its harness, so a caller can read the trace
+    of the last (after shrinking: the minimal failing) run."""
+
+    def __init__(self) -> None:
+        self.harness: Harness | None = None
+        self.steps = 0
+        self.runs = 0
+
+
+class ManagerMachine(RuleBasedStateMachine):
+    """Model and manager side by side (configure with
+    :func:`make_manager_machine`)."""
+
+    config: ClassVar[KitConfig]
+    sink: ClassVar[TraceSink]
+
+    stores = Bundle("stores")
+    loads = Bundle("loads")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._harness: Harness | None = None
+
+    @property
+    def harness(self) -> Harness:
+        if self._harness is None:  # pragma: no cover - initialize runs first
+            raise RuntimeError("the machine was not initialised")
+        return self._harness
+
+    def _keys(self) -> st.SearchStrategy[OffloadKey]:
+        return st.sampled_from(self.config.keys())
+
+    def _phase_keys(self, *kinds: PhaseKind) -> list[OffloadKey]:
+        core = core_of(self.harness.model)
+        return [k for k in self.harness.keys if core.phase(k).kind in kinds]
+
+    def step(self, op: Operation) -> None:
+        self.sink.steps += 1
+        self.harness.step(op)
+
+    # --- set-up -------------------------------------------------------------
+
+    @initialize(data=st.data())
+    def start(self, data: st.DataObject) -> None:
+        num_blocks = data.draw(
+            st.integers(self.config.min_blocks, self.config.max_blocks), label="num_blocks"
+        )
+        self._harness = Harness(self.config, num_blocks)
+        self.sink.harness = self._harness
+        self.sink.runs += 1
+
+    # --- reads --------------------------------------------------------------
+
+    @rule(data=st.data())
+    def lookup(self, data: st.DataObject) -> None:
+        self.step(Lookup(data.draw(self._keys(), label="key")))
+
+    @rule(data=st.data())
+    def lookup_prefix(self, data: st.DataObject) -> None:
+        keys = data.draw(st.lists(self._keys(), max_size=6), label="keys")
+        self.step(LookupPrefix(tuple(keys)))
+
+    @rule(data=st.data())
+    def touch(self, data: st.DataObject) -> None:
+        keys = data.draw(st.lists(self._keys(), max_size=5), label="keys")
+        self.step(Touch(tuple(keys)))
+
+    # --- stores -------------------------------------------------------------
+
+    @rule(target=stores, data=st.data())
+    def prepare_store(self, data: st.DataObject) -> Any:
+        keys = tuple(data.draw(st.lists(self._keys(), min_size=1, max_size=5), label="keys"))
+        before = core_of(self.harness.model)
+        new = before.new_keys(keys)
+        self.step(PrepareStore(keys))
+        after = core_of(self.harness.model)
+        stored = tuple(k for k in new if after.phase(k).kind is PhaseKind.PENDING)
+        return multiple(stored) if stored else multiple()
+
+    @rule(data=st.data())
+    def store_and_complete(self, data: st.DataObject) -> None:
+        """The common engine flow: prepare a store and complete it at once."""
+        keys = tuple(data.draw(st.lists(self._keys(), min_size=1, max_size=4), label="keys"))
+        before = core_of(self.harness.model)
+        new = before.new_keys(keys)
+        self.step(PrepareStore(keys))
+        after = core_of(self.harness.model)
+        stored = tuple(k for k in new if after.phase(k).kind is PhaseKind.PENDING)
+        if stored:
+            self.step(CompleteStore(stored, True))
+
+    @rule(target=stores, batch=consumes(stores), data=st.data())
+    def complete_store(self, batch: tuple[OffloadKey, ...], data: st.DataObject) -> Any:
+        core = core_of(self.harness.model)
+        live = [k for k in batch if core.phase(k).kind is not PhaseKind.ABSENT]
+        order = data.draw(st.permutations(live), label="order")
+        count = data.draw(st.integers(0, len(order)), label="how many")
+        success = data.draw(st.booleans(), label="success")
+        chosen, rest = tuple(order[:count]), tuple(order[count:])
+        self.step(CompleteStore(chosen, success))
+        return multiple(rest) if rest else multiple()
+
+    # --- loads --------------------------------------------------------------
+
+    @precondition(lambda self: bool(self._phase_keys(PhaseKind.READY, PhaseKind.LOADING)))
+    @rule(target=loads, data=st.data())
+    def prepare_load(self, data: st.DataObject) -> tuple[OffloadKey, ...]:
+        readable = self._phase_keys(PhaseKind.READY, PhaseKind.LOADING)
+        keys = tuple(
+            data.draw(st.lists(st.sampled_from(readable), min_size=1, max_size=3), label="keys")
+        )
+        self.step(PrepareLoad(keys))
+        return keys
+
+    @rule(load=consumes(loads))
+    def complete_load(self, load: tuple[OffloadKey, ...]) -> None:
+        core = core_of(self.harness.model)
+        available = Counter(
+            {k: core.phase(k).loads for k in set(load) if core.phase(k).kind is PhaseKind.LOADING}
+        )
+        keys: list[OffloadKey] = []
+        for key in load:
+            if available[key] > 0:
+                available[key] -= 1
+                keys.append(key)
+        self.step(CompleteLoad(tuple(keys)))
+
+    # --- the rest -----------------------------------------------------------
+
+    @rule()
+    def take_events(self) -> None:
+        self.step(TakeEvents())
+
+    @precondition(lambda self: self.config.supports_reset)
+    @rule()
+    def reset_cache(self) -> None:
+        self.step(ResetCache())
+
+    @rule(name=st.sampled_from(("on_new_request", "on_request_finished", "on_schedule_end")))
+    def request_hook(self, name: str) -> None:
+        self.step(RequestHook(name))
+
+    # --- illegal calls (managers that promise typed errors) ----------------
+
+    @precondition(
+        lambda self: self.config.typed_errors
+        and bool(self._phase_keys(PhaseKind.ABSENT, PhaseKind.PENDING))
+    )
+    @rule(data=st.data())
+    def illegal_prepare_load(self, data: st.DataObject) -> None:
+        bad = data.draw(st.sampled_from(self._phase_keys(PhaseKind.ABSENT, PhaseKind.PENDING)))
+        good = self._phase_keys(PhaseKind.READY, PhaseKind.LOADING)
+        keys = [*good[:1], bad]
+        self.step(PrepareLoad(tuple(keys)))
+
+    @precondition(lambda self: self.config.typed_errors)
+    @rule(data=st.data())
+    def illegal_complete_load(self, data: st.DataObject) -> None:
+        idle = self._phase_keys(PhaseKind.ABSENT, PhaseKind.PENDING, PhaseKind.READY)
+        loading = self._phase_keys(PhaseKind.LOADING)
+        if idle:
+            keys = (*loading[:1], data.draw(st.sampled_from(idle)))
+        elif loading:
+            key = loading[0]
+            keys = (key,) * (core_of(self.harness.model).phase(key).loads + 1)
+        else:  # pragma: no cover - some key is always in one of those phases
+            return
+        self.step(CompleteLoad(keys))
+
+    @precondition(
+        lambda self: self.config.typed_errors and bool(self._phase_keys(PhaseKind.ABSENT))
+    )
+    @rule(data=st.data(), success=st.booleans())
+    def illegal_complete_store(self, data: st.DataObject, success: bool) -> None:
+        absent = data.draw(st.sampled_from(self._phase_keys(PhaseKind.ABSENT)))
+        pending = self._phase_keys(PhaseKind.PENDING)
+        self.step(CompleteStore((*pending[:1], absent), success))
+
+    @precondition(lambda self: self.config.typed_errors)
+    @rule(data=st.data(), bad=st.sampled_from(BAD_KEYS))
+    def illegal_prepare_store(self, data: st.DataObject, bad: object) -> None:
+        good = data.draw(st.lists(self._keys(), max_size=2), label="keys")
+        self.step(PrepareStore((*good, bad)))  # type: ignore[arg-type]
+
+    @invariant()
+    def agrees(self) -> None:
+        if self._harness is not None:
+            self._harness.check_state()
+
+
+def make_manager_machine(
+    config: KitConfig, sink: TraceSink | None = None, name: str = "ManagerMachine"
+) -> type[ManagerMachine]:
+    """A :class:`ManagerMachine` subclass bound to ``config``."""
+    namespace = {"config": config, "sink": sink or TraceSink()}
+    return type(name, (ManagerMachine,), namespace)

@@ -1,0 +1,101 @@
+"""Shrink a failing call sequence by replaying it (delta debugging).
+
+Hypothesis finds a failing run; the kit then minimises the recorded call
+sequence itself, replaying candidates through a fresh
+:class:`~kvoffload.stateful.harness.Harness`: a candidate is kept when it
+still breaks the same invariant. Replays are cheap (no generation), so a
+40-call failure shrinks to a few calls in well under a second.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+import attrs
+
+from kvoffload.spec.model import (
+    CompleteLoad,
+    CompleteStore,
+    LookupPrefix,
+    Operation,
+    PrepareLoad,
+    PrepareStore,
+    Touch,
+)
+from kvoffload.stateful.harness import Discrepancy, Harness, KitConfig
+
+
+def replay(
+    config: KitConfig, num_blocks: int, ops: Sequence[Operation]
+) -> tuple[Harness, BaseException | None]:
+    """Run ``ops`` through a fresh harness; the harness and the failure."""
+    harness = Harness(config, num_blocks)
+    try:
+        for op in ops:
+            harness.step(op)
+    except Exception as error:  # noqa: BLE001 - a crash is a finding too
+        return harness, error
+    return harness, None
+
+
+def failure_kind(error: BaseException) -> str:
+    """What a failure is about: the invariant, or the crash's type."""
+    if isinstance(error, Discrepancy):
+        return error.invariant
+    return f"crash:{type(error).__name__}"
+
+
+def _smaller_ops(op: Operation) -> list[Operation]:
+    """``op`` with one key fewer, each way (for key-list calls)."""
+    keyed = (PrepareStore, CompleteStore, PrepareLoad, CompleteLoad, Touch, LookupPrefix)
+    if not isinstance(op, keyed) or len(op.keys) <= 1:
+        return []
+    return [
+        attrs.evolve(op, keys=op.keys[:i] + op.keys[i + 1 :])
+        for i in range(len(op.keys))
+    ]
+
+
+def shrink(
+    config: KitConfig,
+    num_blocks: int,
+    ops: Sequence[Operation],
+    kind: str,
+    *,
+    time_budget: float = 10.0,
+) -> list[Operation]:
+    """The shortest sequence found that still fails with ``kind``."""
+    deadline = time.perf_counter() + time_budget
+    current = list(ops)
+
+    def still_fails(candidate: list[Operation]) -> list[Operation] | None:
+        harness, error = replay(config, num_blocks, candidate)
+        if error is None or failure_kind(error) != kind:
+            return None
+        # keep only the calls up to the failing one
+        return [op for op, _ in harness.trace] or candidate
+
+    chunk = max(1, len(current) // 2)
+    while chunk >= 1 and time.perf_counter() < deadline:
+        start, progressed = 0, False
+        while start < len(current) and time.perf_counter() < deadline:
+            candidate = current[:start] + current[start + chunk :]
+            kept = still_fails(candidate) if candidate else None
+            if kept is not None and len(kept) < len(current):
+                current, progressed = kept, True
+            else:
+                start += chunk
+        if not progressed:
+            chunk //= 2
+    index = 0
+    while index < len(current) and time.perf_counter() < deadline:
+        for smaller in _smaller_ops(current[index]):
+            candidate = current[:index] + [smaller] + current[index + 1 :]
+            kept = still_fails(candidate)
+            if kept is not None and len(kept) <= len(current):
+                current = kept
+                break
+        else:
+            index += 1
+    return current
