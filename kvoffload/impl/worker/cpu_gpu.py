@@ -39,6 +39,7 @@ from kvoffload.impl.worker.base import (
 )
 from kvoffload.impl.worker.canonical import CanonicalKVCaches
 from kvoffload.impl.worker.planning import (
+    DEFAULT_DIRECT_COPY_MIN_BYTES,
     BlockRows,
     IntArray,
     RowCopyPlan,
@@ -65,10 +66,6 @@ def _event_done(event: torch.cuda.Event) -> bool:
     query = cast(Callable[[], bool], event.query)
     return bool(query())
 
-DEFAULT_DIRECT_COPY_MIN_BYTES = 128 * 1024
-"""Runs at least this long are copied directly (one DMA each); shorter ones
-are batched. Below about this size a copy's launch overhead outweighs its
-transfer time on PCIe."""
 
 
 @attrs.frozen(eq=False)

@@ -22,6 +22,11 @@ IntArray = npt.NDArray[np.int64]
 
 _EMPTY: IntArray = np.zeros(0, dtype=np.int64)
 
+DEFAULT_DIRECT_COPY_MIN_BYTES = 128 * 1024
+"""Runs of at least this many bytes are copied directly (one copy each);
+shorter ones are batched. Below about this size a copy's launch overhead
+outweighs its transfer time over PCIe."""
+
 
 @attrs.frozen(eq=False)
 class BlockRows:

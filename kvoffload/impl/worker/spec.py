@@ -13,6 +13,7 @@ import attrs
 from kvoffload.impl.specs import CPULoadStoreSpec, GPULoadStoreSpec
 from kvoffload.impl.worker.base import OffloadingHandler
 from kvoffload.impl.worker.canonical import CanonicalKVCaches
+from kvoffload.impl.worker.planning import DEFAULT_DIRECT_COPY_MIN_BYTES
 from kvoffload.impl.worker.worker import OffloadingWorker
 from kvoffload.spec.contract import LoadStoreSpec, OffloadingManager
 from kvoffload.spec.errors import ConfigurationError
@@ -73,6 +74,8 @@ class CPUOffloadingConfig:
       everything. ``max_tracker_size`` bounds the filter's table.
     - ``enable_events``: the manager records stored/removed events.
     - ``pin_memory``: pin the CPU tier when the KV caches are on CUDA.
+    - ``direct_copy_min_bytes``: runs of consecutive blocks at least this
+      long are copied one copy per run; shorter ones are batched.
 
     Every field is checked on construction; a bad value raises
     :class:`~kvoffload.spec.errors.ConfigurationError`.
@@ -98,6 +101,9 @@ class CPUOffloadingConfig:
     )
     enable_events: bool = attrs.field(default=False, kw_only=True)
     pin_memory: bool = attrs.field(default=True, kw_only=True)
+    direct_copy_min_bytes: int = attrs.field(
+        default=DEFAULT_DIRECT_COPY_MIN_BYTES, kw_only=True
+    )
 
     def __attrs_post_init__(self) -> None:
         if self.cache_policy not in CACHE_POLICIES:
@@ -110,6 +116,15 @@ class CPUOffloadingConfig:
             raise ConfigurationError(
                 f"offloaded_block_size {self.offloaded_block_size} is not a "
                 f"multiple of gpu_block_size {self.gpu_block_size}"
+            )
+        if (
+            isinstance(self.direct_copy_min_bytes, bool)
+            or not isinstance(self.direct_copy_min_bytes, int)
+            or self.direct_copy_min_bytes < 0
+        ):
+            raise ConfigurationError(
+                "direct_copy_min_bytes must be an int >= 0, got "
+                f"{self.direct_copy_min_bytes!r}"
             )
         if (self.num_cpu_blocks is None) == (self.cpu_bytes is None):
             raise ConfigurationError("give exactly one of num_cpu_blocks and cpu_bytes")
@@ -226,5 +241,6 @@ class CPUOffloadingSpec(OffloadingSpec):
             block_size_factor=self.block_size_factor,
             num_cpu_blocks=self.num_cpu_blocks,
             pin_memory=self.config.pin_memory,
+            direct_copy_min_bytes=self.config.direct_copy_min_bytes,
         )
         return self._handlers
