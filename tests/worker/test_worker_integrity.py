@@ -67,7 +67,7 @@ class FlakyHandler(OffloadingHandler):
                 for cpu in self.handlers.cpu_tensors:
                     for block in dst.block_ids.tolist():
                         cpu[block * factor:(block + 1) * factor].fill_(0x5A)
-            else:
+            elif isinstance(dst, GPULoadStoreSpec):
                 for item in self.handlers.kv_caches.tensors:
                     item.tensor[dst.block_ids.tolist()] = 0x5A
             return False
