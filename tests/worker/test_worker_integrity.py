@@ -417,17 +417,43 @@ TestIntegrityCudaTwoGroups = pytest.mark.gpu(
 TestIntegrityCudaTwoGroups.settings = SETTINGS
 
 
-def test_the_machine_really_loads() -> None:
-    """Guard against a vacuous run: a fixed script stores, evicts, reloads."""
-    machine = SingleGroupLRU()
-    machine.start()
-    rnd = random.Random(0)
-    machine.store([0, 1], 1, rnd, False, "ok")
-    machine.collect()
-    machine.store([2, 3, 4], 1, rnd, True, "garbage")
-    machine.collect()
-    machine.store([5, 6, 2], 1, rnd, False, "ok")  # evicts 0, 1 at capacity 5? no: 2 + 3
-    machine.collect()
-    machine.every_ready_slot_holds_the_bytes_stored_under_its_key()
-    assert len(machine.ready) == 5
-    machine.teardown()
+def test_a_scripted_round_trip_through_manager_and_worker() -> None:
+    """The machine's loop spelled out once: store two keys, reload one
+    part-way into its offloaded block, evict for a third whose transfer
+    fails, reset."""
+    caches = make_caches("cpu", 16, (8,))
+    spec = CPUOffloadingSpec(CPUOffloadingConfig(
+        16, offloaded_block_size=32, num_cpu_blocks=2, direct_copy_min_bytes=0))
+    manager, worker = spec.get_manager(), spec.build_worker(caches)
+    gpu = caches.tensors[0].tensor
+    a, b, c = (make_offload_key(bytes([h]) * 4, 0) for h in b"abc")
+
+    out = manager.prepare_store([a, b], CTX)
+    assert out is not None and out.keys_to_store == (a, b)
+    gpu[0:4] = torch.arange(4, dtype=torch.int8).unsqueeze(1)  # a: 0, 1; b: 2, 3
+    assert worker.transfer_async(1, (GPULoadStoreSpec([0, 1, 2, 3]), out.store_spec))
+    [stored] = worker.get_finished()
+    manager.complete_store([a, b], CTX, success=stored.success)
+
+    # No room for c while a and b are offered with it: they are protected.
+    assert manager.prepare_store([c, a, b], CTX) is None
+
+    # Load b's second half, then all of a, into fresh GPU blocks.
+    load_spec = manager.prepare_load([b, a], CTX)
+    gpu[8:11] = -1
+    assert worker.transfer_async(2, (load_spec, GPULoadStoreSpec([8, 9, 10], None, [3])))
+    [loaded] = worker.get_finished()
+    manager.complete_load([b, a], CTX)
+    assert loaded.success and gpu[8:11, 0].tolist() == [3, 0, 1]
+
+    # c evicts one of a, b; a transfer that cannot run (no CPU -> CPU handler)
+    # fails, and the failed store leaves c untracked.
+    out = manager.prepare_store([c], CTX)
+    assert out is not None and len(out.evicted_keys) == 1
+    assert not worker.transfer_async(3, (CPULoadStoreSpec([0]), out.store_spec))
+    [failed] = worker.get_finished()
+    manager.complete_store([c], CTX, success=failed.success)
+    assert not failed.success and not manager.lookup(c, CTX)
+
+    manager.reset_cache()
+    assert not manager.lookup(a, CTX) and not manager.lookup(b, CTX)
