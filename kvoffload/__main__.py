@@ -11,9 +11,11 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-# (command, module, one-line help). Modules are imported only when chosen, so
-# `python -m kvoffload --help` needs neither torch nor hypothesis.
+# (command, module, one-line help). Command modules must not import torch at
+# module level: `python -m kvoffload --help` works without it.
 _COMMANDS: tuple[tuple[str, str, str], ...] = (
+    ("audit", "kvoffload.stateful.audit_cli", "audit managers against the specification (main job)"),
+    ("check", "kvoffload.stateful.check_cli", "exhaustively check every call sequence up to a depth"),
     ("demo", "kvoffload.cli_demo", "walk the built-in managers through a short scenario"),
 )
 
