@@ -42,6 +42,8 @@ from kvoffload.spec.model import (
 )
 from kvoffload.stateful.harness import Harness, KitConfig, core_of
 
+_TRACKED = (PhaseKind.PENDING, PhaseKind.READY, PhaseKind.LOADING)
+
 BAD_KEYS: tuple[object, ...] = (b"", b"abc", "blk00\x00\x00\x00\x00", 7, None)
 """Offers that are not valid keys: too short, not bytes."""
 
@@ -113,6 +115,15 @@ class ManagerMachine(RuleBasedStateMachine):
     def touch(self, data: st.DataObject) -> None:
         keys = data.draw(st.lists(self._keys(), max_size=5), label="keys")
         self.step(Touch(tuple(keys)))
+
+    @precondition(lambda self: len(self._phase_keys(*_TRACKED)) >= 2)
+    @rule(data=st.data())
+    def touch_tracked(self, data: st.DataObject) -> None:
+        """Touch an ordering of tracked keys (what an engine touches)."""
+        tracked = self._phase_keys(*_TRACKED)
+        order = data.draw(st.permutations(tracked), label="order")
+        count = data.draw(st.integers(2, len(order)), label="how many")
+        self.step(Touch(tuple(order[:count])))
 
     # --- stores -------------------------------------------------------------
 

@@ -1,0 +1,15 @@
+"""Test-wide set-up: the kit's Hypothesis profiles.
+
+``HYPOTHESIS_PROFILE`` selects one (``ci`` in CI, ``dev`` by default).
+"""
+
+from __future__ import annotations
+
+import os
+
+from hypothesis import settings
+
+from kvoffload.stateful.profiles import register_profiles
+
+register_profiles()
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
