@@ -17,6 +17,8 @@ _COMMANDS: tuple[tuple[str, str, str], ...] = (
     ("audit", "kvoffload.stateful.audit_cli", "audit managers against the specification (main job)"),
     ("check", "kvoffload.stateful.check_cli", "exhaustively check every call sequence up to a depth"),
     ("demo", "kvoffload.cli_demo", "walk the built-in managers through a short scenario"),
+    ("simulate", "kvoffload.sim.cli", "replay a workload through the managers and OPT; hit ratios"),
+    ("bench", "kvoffload.bench.cli", "benchmarks: manager (block-ops/s, eviction cost), transfer"),
 )
 
 
