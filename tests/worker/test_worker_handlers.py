@@ -25,7 +25,8 @@ def _handlers(device: str, *, factor: int = 2, cpu_blocks: int = 6, gpu_blocks: 
               direct: int = 64, groups: list[list[int]] | None = None,
               rows: tuple[int, ...] = ROWS) -> CpuGpuOffloadingHandlers:
     caches = make_caches(device, gpu_blocks, rows, groups)
-    return CpuGpuOffloadingHandlers(caches, factor, cpu_blocks, direct_copy_min_bytes=direct)
+    return CpuGpuOffloadingHandlers(caches, factor, cpu_blocks, direct_copy_min_bytes=direct,
+                                    emulate_staging=device == "cpu-staged")
 
 
 def _run(handler: object, job_id: int, spec: TransferSpec) -> TransferResult:

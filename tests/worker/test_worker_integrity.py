@@ -89,6 +89,7 @@ class IntegrityMachine(RuleBasedStateMachine):
     policy: ClassVar[str] = "lru"
     store_threshold: ClassVar[int] = 1
     direct_copy_min_bytes: ClassVar[int] = 48
+    emulate_staging: ClassVar[bool] = False
 
     def __init__(self) -> None:
         super().__init__()
@@ -109,9 +110,13 @@ class IntegrityMachine(RuleBasedStateMachine):
             self.manager, FilterReusedOffloadingManager) else self.manager
         assert isinstance(core, OffloadingManagerCore)
         self.core = core
-        (_, _, store), (_, _, load) = list(spec.get_handlers(self.caches))
-        assert spec._handlers is not None
-        self.handlers = spec._handlers
+        if self.emulate_staging:
+            self.handlers = CpuGpuOffloadingHandlers(
+                self.caches, self.factor, self.cpu_blocks,
+                direct_copy_min_bytes=self.direct_copy_min_bytes, emulate_staging=True)
+        else:
+            self.handlers = spec.build_handlers(self.caches)
+        store, load = self.handlers.gpu_to_cpu_handler, self.handlers.cpu_to_gpu_handler
         self.store_handler = FlakyHandler(store, self.handlers)
         self.load_handler = FlakyHandler(load, self.handlers)
         self.worker = OffloadingWorker()
@@ -389,6 +394,16 @@ class UnitBlocksAllBatched(IntegrityMachine):
     direct_copy_min_bytes = 1 << 30  # every row goes through gather/scatter
 
 
+class TwoGroupsStagedAsOnCuda(TwoGroupsARCReuseFilter):
+    """The CUDA path's staging and deferred scatters, run on the host."""
+
+    emulate_staging = True
+    direct_copy_min_bytes = 48
+    store_threshold = 1
+
+
+TestIntegrityTwoGroupsStagedAsOnCuda = TwoGroupsStagedAsOnCuda.TestCase
+TestIntegrityTwoGroupsStagedAsOnCuda.settings = SETTINGS
 TestIntegritySingleGroupLRU = SingleGroupLRU.TestCase
 TestIntegritySingleGroupLRU.settings = SETTINGS
 TestIntegrityTwoGroupsARCReuseFilter = TwoGroupsARCReuseFilter.TestCase

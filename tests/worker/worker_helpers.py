@@ -20,6 +20,7 @@ HAS_CUDA = torch.cuda.is_available()
 
 DEVICES = [
     pytest.param("cpu", id="cpu"),
+    pytest.param("cpu-staged", id="cpu-staged"),
     pytest.param(
         "cuda",
         id="cuda",
@@ -29,7 +30,13 @@ DEVICES = [
         ],
     ),
 ]
-"""Parametrize a ``device`` argument with these: CPU always, CUDA when present."""
+"""Parametrize a ``device`` argument with these: CPU always (plain, and
+through the CUDA path's staging, emulated), CUDA when present."""
+
+
+def torch_device(device: str) -> str:
+    """The torch device of a ``DEVICES`` value."""
+    return device.removesuffix("-staged")
 
 
 def make_caches(
@@ -45,7 +52,7 @@ def make_caches(
     tensors = [
         CanonicalKVCacheTensor(
             torch.randint(-128, 128, (num_blocks, row), dtype=torch.int8,
-                          generator=generator).to(device),
+                          generator=generator).to(torch_device(device)),
             row,
         )
         for row in row_bytes

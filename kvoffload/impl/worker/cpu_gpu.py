@@ -82,6 +82,8 @@ class _Layout:
     num_cpu_blocks: int
     block_size_factor: int
     device: torch.device
+    # Route batched rows through staging buffers (always on CUDA).
+    staged: bool
 
     @property
     def on_cuda(self) -> bool:
@@ -131,6 +133,7 @@ class SingleDirectionOffloadingHandler(OffloadingHandler):
         self._last_end_event: torch.cuda.Event | None = None
         self._stream_pool: list[torch.cuda.Stream] = []
         self._event_pool: list[torch.cuda.Event] = []
+        self._staging: torch.Tensor | None = None
 
     # ----------------------------------------------------------- submission
 
@@ -147,6 +150,8 @@ class SingleDirectionOffloadingHandler(OffloadingHandler):
         size = sum(plan.num_rows * layout.row_bytes[idx] for idx, plan in enumerate(plans))
         if layout.on_cuda:
             accepted = self._submit_cuda(job_id, size, plans)
+        elif layout.staged:
+            accepted = self._submit_staged_on_host(job_id, size, plans)
         else:
             accepted = self._submit_sync(job_id, size, plans)
         if accepted:
@@ -210,13 +215,34 @@ class SingleDirectionOffloadingHandler(OffloadingHandler):
 
     def _submit_sync(self, job_id: int, size: int, plans: list[RowCopyPlan]) -> bool:
         start = time.perf_counter()
-        index_cache: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         for (src, dst), plan in zip(self._tensor_pairs(), plans):
             _copy_runs(src, dst, plan, non_blocking=False)
-            if plan.gather_src.shape[0]:
-                src_idx, dst_idx = _host_indices(plan, index_cache)
-                dst.index_copy_(0, dst_idx, src.index_select(0, src_idx))
+            count = int(plan.gather_src.shape[0])
+            if count:
+                staging = self._sync_staging(count, int(src.shape[1]))
+                _host_gather(src, plan.gather_src, staging)
+                _host_scatter(dst, plan.gather_dst, staging)
         transfer = _Transfer(job_id, size, reported=True)
+        transfer.cpu_seconds = time.perf_counter() - start
+        self._transfers.append(transfer)
+        return True
+
+    def _sync_staging(self, rows: int, row_bytes: int) -> torch.Tensor:
+        """A reused host buffer (fresh memory would page-fault on every
+        transfer)."""
+        needed = rows * row_bytes
+        if self._staging is None or self._staging.numel() < needed:
+            self._staging = torch.empty(needed, dtype=torch.int8)
+        return self._staging[:needed].view(rows, row_bytes)
+
+    def _submit_staged_on_host(
+        self, job_id: int, size: int, plans: list[RowCopyPlan]
+    ) -> bool:
+        """The CUDA path's copies, synchronously on host tensors; scatters
+        into the CPU tier still wait for :meth:`get_finished`."""
+        start = time.perf_counter()
+        transfer = _Transfer(job_id, size, reported=True)
+        self._enqueue_staged(transfer, plans)
         transfer.cpu_seconds = time.perf_counter() - start
         self._transfers.append(transfer)
         return True
@@ -236,7 +262,7 @@ class SingleDirectionOffloadingHandler(OffloadingHandler):
         try:
             with torch.cuda.stream(stream):
                 start_event.record(stream)
-                self._enqueue_cuda(transfer, plans)
+                self._enqueue_staged(transfer, plans)
         except Exception:
             logger.warning("job %d failed while being queued", job_id, exc_info=True)
             transfer.reported = False
@@ -246,42 +272,40 @@ class SingleDirectionOffloadingHandler(OffloadingHandler):
         self._transfers.append(transfer)
         return transfer.reported
 
-    def _enqueue_cuda(self, transfer: _Transfer, plans: list[RowCopyPlan]) -> None:
-        device = self._layout.device
-        index_cache: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
-        device_index_cache: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+    def _enqueue_staged(self, transfer: _Transfer, plans: list[RowCopyPlan]) -> None:
+        layout = self._layout
+        device, pin = layout.device, layout.on_cuda
+        device_indices: dict[int, torch.Tensor] = {}
         for (src, dst), plan in zip(self._tensor_pairs(), plans):
             _copy_runs(src, dst, plan, non_blocking=True)
             count = int(plan.gather_src.shape[0])
             if count == 0:
                 continue
-            src_idx, dst_idx = _host_indices(plan, index_cache)
-            key = id(plan)
-            if key not in device_index_cache:
-                device_index_cache[key] = (
-                    src_idx.to(device, non_blocking=True),
-                    dst_idx.to(device, non_blocking=True),
-                )
-            src_idx_dev, dst_idx_dev = device_index_cache[key]
-            staging = torch.empty(
-                (count, src.shape[1]), dtype=torch.int8, pin_memory=True
-            )
+            row_bytes = int(src.shape[1])
+            # The pinned staging buffer and the device-side index stay alive
+            # (in transfer.keepalive) until the transfer has finished.
+            staging = torch.empty((count, row_bytes), dtype=torch.int8, pin_memory=pin)
+            device_rows = plan.gather_src if self._to_cpu else plan.gather_dst
+            index = device_indices.get(id(plan))
+            if index is None:
+                index = torch.from_numpy(device_rows).to(device, non_blocking=True)
+                device_indices[id(plan)] = index
             if self._to_cpu:
                 # Gather on the GPU, one DMA into pinned staging, scatter into
                 # the CPU tensor once the DMA is done.
-                gathered = torch.index_select(src, 0, src_idx_dev)
-                staging.copy_(gathered, non_blocking=True)
-                transfer.keepalive += [gathered, staging, src_idx_dev, dst_idx_dev]
-                transfer.deferred.append(
-                    _scatter_later(dst, dst_idx, staging)
-                )
+                word = _word_dtype(src)
+                gathered = torch.index_select(src.view(word), 0, index)
+                staging.view(word).copy_(gathered, non_blocking=True)
+                transfer.keepalive += [gathered, staging, index]
+                transfer.deferred.append(_scatter_later(dst, plan.gather_dst, staging))
             else:
                 # Gather on the host into pinned staging, one DMA, scatter on
                 # the GPU.
-                torch.index_select(src, 0, src_idx, out=staging)
-                on_device = staging.to(device, non_blocking=True)
-                dst.index_copy_(0, dst_idx_dev, on_device)
-                transfer.keepalive += [staging, on_device, src_idx_dev, dst_idx_dev]
+                _host_gather(src, plan.gather_src, staging)
+                word = _word_dtype(dst)
+                on_device = staging.view(word).to(device, non_blocking=True)
+                dst.view(word).index_copy_(0, index, on_device)
+                transfer.keepalive += [staging, on_device, index]
 
     def _take_event(self) -> torch.cuda.Event:
         if self._event_pool:
@@ -358,22 +382,42 @@ def _copy_runs(
         )
 
 
-def _host_indices(
-    plan: RowCopyPlan, cache: dict[int, tuple[torch.Tensor, torch.Tensor]]
-) -> tuple[torch.Tensor, torch.Tensor]:
-    key = id(plan)
-    if key not in cache:
-        cache[key] = (torch.from_numpy(plan.gather_src), torch.from_numpy(plan.gather_dst))
-    return cache[key]
+def _host_gather(src: torch.Tensor, rows: IntArray, out: torch.Tensor) -> None:
+    """``out[i] = src[rows[i]]`` for host tensors (memcpy per row)."""
+    torch.index_select(src, 0, torch.from_numpy(rows), out=out)
 
 
-def _scatter_later(
-    dst: torch.Tensor, dst_idx: torch.Tensor, staging: torch.Tensor
-) -> Callable[[], None]:
+def _host_scatter(dst: torch.Tensor, rows: IntArray, values: torch.Tensor) -> None:
+    """``dst[rows[i]] = values[i]`` for host tensors. numpy's row assignment
+    copies whole rows; torch's CPU index_copy_ goes element by element."""
+    dst.numpy()[rows] = values.numpy()
+
+
+def _scatter_later(dst: torch.Tensor, rows: IntArray, values: torch.Tensor) -> Callable[[], None]:
     def scatter() -> None:
-        dst.index_copy_(0, dst_idx, staging)
+        _host_scatter(dst, rows, values)
 
     return scatter
+
+
+_WORD_DTYPES = ((torch.int64, 8), (torch.int32, 4), (torch.int16, 2))
+
+
+def _word_dtype(tensor: torch.Tensor) -> torch.dtype:
+    """The widest integer type that tiles ``tensor``'s rows (int8 at worst),
+    so that device gathers and scatters move words, not bytes. A freshly
+    allocated staging buffer of the same row width accepts it too."""
+    if tensor.stride(1) == 1:
+        row_bytes = int(tensor.shape[1])
+        for dtype, width in _WORD_DTYPES:
+            if (
+                row_bytes % width == 0
+                and tensor.stride(0) % width == 0
+                and tensor.storage_offset() % width == 0
+                and tensor.data_ptr() % width == 0
+            ):
+                return dtype
+    return torch.int8
 
 
 class CpuGpuOffloadingHandlers:
@@ -385,6 +429,11 @@ class CpuGpuOffloadingHandlers:
     ``b * block_size_factor`` onward (:meth:`cpu_block_view` shows it as one
     row per offloaded block). The CPU tensors are pinned when the KV caches
     are on CUDA and ``pin_memory`` holds, and plain memory otherwise.
+
+    ``emulate_staging`` (KV caches on the CPU only) sends batched rows through
+    the path CUDA uses — gather, staging buffer, scatter, with scatters into
+    the CPU tier deferred until :meth:`get_finished` — so that path's index
+    arithmetic and ordering can be tested without a GPU.
 
     Raises :class:`ConfigurationError` for malformed ``kv_caches`` (see
     :meth:`CanonicalKVCaches.validate`) or non-positive counts.
@@ -398,6 +447,7 @@ class CpuGpuOffloadingHandlers:
         *,
         pin_memory: bool = True,
         direct_copy_min_bytes: int = DEFAULT_DIRECT_COPY_MIN_BYTES,
+        emulate_staging: bool = False,
     ) -> None:
         for name, value in (
             ("block_size_factor", block_size_factor),
@@ -439,6 +489,7 @@ class CpuGpuOffloadingHandlers:
             num_cpu_blocks=num_cpu_blocks,
             block_size_factor=block_size_factor,
             device=device,
+            staged=device.type == "cuda" or emulate_staging,
         )
         self.block_size_factor = block_size_factor
         self.num_cpu_blocks = num_cpu_blocks

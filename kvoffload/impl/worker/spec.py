@@ -210,16 +210,22 @@ class CPUOffloadingSpec(OffloadingSpec):
         ``kv_caches``, or if ``gpu_page_bytes`` was given and the caches'
         bytes per GPU block differ from it.
         """
-        handlers = self._build_handlers(kv_caches)
+        handlers = self.build_handlers(kv_caches)
         yield GPULoadStoreSpec, CPULoadStoreSpec, handlers.gpu_to_cpu_handler
         yield CPULoadStoreSpec, GPULoadStoreSpec, handlers.cpu_to_gpu_handler
 
     def build_worker(self, kv_caches: CanonicalKVCaches) -> OffloadingWorker:
         # Build first so that a bad configuration raises here, not mid-way.
-        self._build_handlers(kv_caches)
+        self.build_handlers(kv_caches)
         return super().build_worker(kv_caches)
 
-    def _build_handlers(self, kv_caches: CanonicalKVCaches) -> CpuGpuOffloadingHandlers:
+    def build_handlers(self, kv_caches: CanonicalKVCaches) -> CpuGpuOffloadingHandlers:
+        """The CPU tier and both handlers for ``kv_caches``, built on the
+        first call; later calls must pass the same caches.
+
+        Raises :class:`ConfigurationError` as :meth:`get_handlers` does, or
+        if ``kv_caches`` differ from the first call's.
+        """
         if self._handlers is not None:
             if self._handlers.kv_caches is not kv_caches:
                 raise ConfigurationError(

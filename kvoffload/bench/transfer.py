@@ -1,0 +1,271 @@
+"""``python -m kvoffload bench transfer``: throughput of the CPU<->GPU
+handlers against a bulk copy (the ceiling) and a naive per-block loop.
+
+For each block size, direction (GPU->CPU, CPU->GPU) and id layout
+(contiguous, scattered) it moves the same number of bytes three ways:
+
+- handler: ``CpuGpuOffloadingHandlers`` with one canonical tensor whose
+  rows are the block size (``block_size_factor`` 1), timed from
+  ``transfer_async`` to the end of ``wait`` (planning included);
+- ceiling: one copy between a contiguous pinned CPU buffer and a contiguous
+  device buffer of the same bytes;
+- naive: a Python loop of one ``copy_`` per block over the same ids.
+
+Without CUDA the "GPU" tensors live in host memory: the figures then measure
+host memcpy paths, not PCIe, and the output says so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+import attrs
+import numpy as np
+
+if TYPE_CHECKING:
+    import torch
+
+DEFAULT_SIZES = ("16K", "64K", "256K", "2M")
+_UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+
+
+@attrs.frozen
+class TransferFigure:
+    """One measured case; throughputs in GB/s (10**9 bytes per second)."""
+
+    block_bytes: int
+    layout: str  # "contiguous" or "scattered"
+    direction: str  # "GPU->CPU" or "CPU->GPU"
+    num_blocks: int
+    handler_gbps: float
+    ceiling_gbps: float
+    naive_gbps: float
+
+    @property
+    def of_ceiling(self) -> float:
+        return self.handler_gbps / self.ceiling_gbps
+
+    @property
+    def over_naive(self) -> float:
+        return self.handler_gbps / self.naive_gbps
+
+
+def parse_size(text: str) -> int:
+    """``"16K"`` -> 16384; plain integers are bytes."""
+    text = text.strip().upper().removesuffix("B").removesuffix("I")
+    if text and text[-1] in _UNITS:
+        return int(float(text[:-1]) * _UNITS[text[-1]])
+    return int(text)
+
+
+def _format_size(num_bytes: int) -> str:
+    for unit in ("G", "M", "K"):
+        if num_bytes % _UNITS[unit] == 0:
+            return f"{num_bytes // _UNITS[unit]} {unit}iB"
+    return f"{num_bytes} B"
+
+
+def _median_seconds(action: Callable[[], None], sync: Callable[[], None],
+                    repeats: int) -> float:
+    action()  # warm-up: page faults, allocator, CUDA context
+    sync()
+    samples = []
+    for _ in range(repeats):
+        sync()
+        start = time.perf_counter()
+        action()
+        sync()
+        samples.append(time.perf_counter() - start)
+    return statistics.median(samples)
+
+
+def measure(
+    block_sizes: Sequence[int],
+    *,
+    total_bytes: int,
+    repeats: int = 5,
+    device: str = "auto",
+    seed: int = 0,
+    direct_copy_min_bytes: int | None = None,
+) -> tuple[str, list[TransferFigure]]:
+    """Run every case; returns a description of the device and the figures."""
+    import torch
+
+    from kvoffload.impl.specs import CPULoadStoreSpec, GPULoadStoreSpec
+    from kvoffload.impl.worker.canonical import CanonicalKVCaches
+    from kvoffload.impl.worker.cpu_gpu import CpuGpuOffloadingHandlers
+    from kvoffload.impl.worker.planning import DEFAULT_DIRECT_COPY_MIN_BYTES
+
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    dev = torch.device(device)
+    on_cuda = dev.type == "cuda"
+    sync: Callable[[], None] = torch.cuda.synchronize if on_cuda else (lambda: None)
+    rng = np.random.default_rng(seed)
+    threshold = (
+        DEFAULT_DIRECT_COPY_MIN_BYTES if direct_copy_min_bytes is None
+        else direct_copy_min_bytes
+    )
+    figures: list[TransferFigure] = []
+    job_ids = iter(range(1 << 62))
+    for block_bytes in block_sizes:
+        count = max(8, total_bytes // block_bytes)
+        pool = 2 * count
+        gpu = torch.zeros((pool, block_bytes), dtype=torch.int8, device=dev)
+        handlers = CpuGpuOffloadingHandlers(
+            CanonicalKVCaches.single_group([gpu]), 1, pool,
+            direct_copy_min_bytes=threshold,
+        )
+        cpu = handlers.cpu_tensors[0]
+        cpu.zero_()
+        host_bulk = torch.zeros((count, block_bytes), dtype=torch.int8,
+                                pin_memory=handlers.pinned)
+        device_bulk = torch.zeros((count, block_bytes), dtype=torch.int8, device=dev)
+        layouts = {
+            "contiguous": (np.arange(count), np.arange(count)),
+            "scattered": (np.sort(rng.permutation(pool)[:count]),
+                          rng.permutation(pool)[:count]),
+        }
+        for layout, (gpu_ids, cpu_ids) in layouts.items():
+            for direction in ("GPU->CPU", "CPU->GPU"):
+                to_cpu = direction == "GPU->CPU"
+                handler = handlers.gpu_to_cpu_handler if to_cpu else handlers.cpu_to_gpu_handler
+                gpu_spec, cpu_spec = GPULoadStoreSpec(gpu_ids), CPULoadStoreSpec(cpu_ids)
+                spec = (gpu_spec, cpu_spec) if to_cpu else (cpu_spec, gpu_spec)
+
+                def run_handler() -> None:
+                    job = next(job_ids)
+                    handler.transfer_async(job, spec)
+                    handler.wait([job])
+                    handler.get_finished()
+
+                def run_ceiling() -> None:
+                    if to_cpu:
+                        host_bulk.copy_(device_bulk, non_blocking=True)
+                    else:
+                        device_bulk.copy_(host_bulk, non_blocking=True)
+
+                src_t, dst_t = (gpu, cpu) if to_cpu else (cpu, gpu)
+                pairs = list(zip(gpu_ids.tolist(), cpu_ids.tolist()))
+                if not to_cpu:
+                    pairs = [(c, g) for g, c in pairs]
+
+                def run_naive() -> None:
+                    for src_row, dst_row in pairs:
+                        dst_t[dst_row].copy_(src_t[src_row], non_blocking=True)
+
+                moved = count * block_bytes
+                figures.append(TransferFigure(
+                    block_bytes=block_bytes,
+                    layout=layout,
+                    direction=direction,
+                    num_blocks=count,
+                    handler_gbps=moved / _median_seconds(run_handler, sync, repeats) / 1e9,
+                    ceiling_gbps=moved / _median_seconds(run_ceiling, sync, repeats) / 1e9,
+                    naive_gbps=moved / _median_seconds(run_naive, sync, repeats) / 1e9,
+                ))
+        handlers.gpu_to_cpu_handler.shutdown()
+        handlers.cpu_to_gpu_handler.shutdown()
+        del gpu, handlers, cpu, host_bulk, device_bulk
+    return _describe(torch, dev, figures_pinned=on_cuda), figures
+
+
+def _describe(torch_module: object, dev: torch.device, *, figures_pinned: bool) -> str:
+    import torch
+
+    threads = torch.get_num_threads()
+    if dev.type == "cuda":
+        name = torch.cuda.get_device_name(dev)
+        return (f"CUDA {name} (torch {torch.__version__}); CPU side pinned: "
+                f"{figures_pinned}")
+    return (
+        f"CPU only ({platform.machine()}, {threads} torch threads, torch "
+        f"{torch.__version__}): no CUDA device, so both sides are host memory "
+        "and these figures measure host memcpy paths, not PCIe transfers"
+    )
+
+
+def render(description: str, figures: Sequence[TransferFigure]) -> str:
+    lines = [
+        f"device: {description}",
+        "",
+        "| block | ids | direction | blocks | handler GB/s | ceiling GB/s | "
+        "% of ceiling | naive GB/s | x naive |",
+        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for fig in figures:
+        lines.append(
+            f"| {_format_size(fig.block_bytes)} | {fig.layout} | {fig.direction} | "
+            f"{fig.num_blocks} | {fig.handler_gbps:.2f} | {fig.ceiling_gbps:.2f} | "
+            f"{100 * fig.of_ceiling:.0f}% | {fig.naive_gbps:.2f} | "
+            f"{fig.over_naive:.1f} |"
+        )
+    return "\n".join(lines)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--sizes", default=",".join(DEFAULT_SIZES),
+        help="comma-separated block sizes (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--total", default=None,
+        help="bytes per transfer, e.g. 256M (default: 256M on CUDA, 64M on CPU)",
+    )
+    parser.add_argument("--repeats", type=int, default=5,
+                        help="timed runs per case; the median is kept")
+    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--direct-copy-min-bytes", type=int, default=None,
+        help="handler tuning: runs at least this long get one copy each",
+    )
+    parser.add_argument(
+        "--threads", type=int, default=None,
+        help="torch CPU threads (default: 1 without CUDA, where thread "
+        "wake-ups otherwise dominate small copies; unchanged with CUDA)",
+    )
+    parser.add_argument("--json", default=None, metavar="PATH",
+                        help="also write the figures as JSON to PATH")
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        import torch
+    except ImportError:
+        print("bench transfer needs torch: pip install torch")
+        return 2
+    device = args.device
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        print("no CUDA device available")
+        return 2
+    threads = args.threads if args.threads is not None else (
+        None if device == "cuda" else 1
+    )
+    if threads is not None:
+        torch.set_num_threads(threads)
+    total = parse_size(args.total) if args.total else (
+        256 << 20 if device == "cuda" else 64 << 20
+    )
+    sizes = [parse_size(item) for item in args.sizes.split(",") if item.strip()]
+    description, figures = measure(
+        sizes, total_bytes=total, repeats=args.repeats, device=device,
+        seed=args.seed, direct_copy_min_bytes=args.direct_copy_min_bytes,
+    )
+    print(render(description, figures))
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as handle:
+            json.dump(
+                {"device": description, "total_bytes": total,
+                 "figures": [attrs.asdict(fig) for fig in figures]},
+                handle, indent=2,
+            )
+    return 0
