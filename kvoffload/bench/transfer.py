@@ -100,7 +100,6 @@ def measure(
     from kvoffload.impl.specs import CPULoadStoreSpec, GPULoadStoreSpec
     from kvoffload.impl.worker.canonical import CanonicalKVCaches
     from kvoffload.impl.worker.cpu_gpu import CpuGpuOffloadingHandlers
-    from kvoffload.impl.worker.planning import DEFAULT_DIRECT_COPY_MIN_BYTES
 
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -108,10 +107,6 @@ def measure(
     on_cuda = dev.type == "cuda"
     sync: Callable[[], None] = torch.cuda.synchronize if on_cuda else (lambda: None)
     rng = np.random.default_rng(seed)
-    threshold = (
-        DEFAULT_DIRECT_COPY_MIN_BYTES if direct_copy_min_bytes is None
-        else direct_copy_min_bytes
-    )
     figures: list[TransferFigure] = []
     job_ids = iter(range(1 << 62))
     for block_bytes in block_sizes:
@@ -120,7 +115,7 @@ def measure(
         gpu = torch.zeros((pool, block_bytes), dtype=torch.int8, device=dev)
         handlers = CpuGpuOffloadingHandlers(
             CanonicalKVCaches.single_group([gpu]), 1, pool,
-            direct_copy_min_bytes=threshold,
+            direct_copy_min_bytes=direct_copy_min_bytes,
         )
         cpu = handlers.cpu_tensors[0]
         cpu.zero_()

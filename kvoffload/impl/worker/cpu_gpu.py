@@ -40,6 +40,7 @@ from kvoffload.impl.worker.base import (
 from kvoffload.impl.worker.canonical import CanonicalKVCaches
 from kvoffload.impl.worker.planning import (
     DEFAULT_DIRECT_COPY_MIN_BYTES,
+    HOST_DIRECT_COPY_MIN_BYTES,
     BlockRows,
     IntArray,
     RowCopyPlan,
@@ -430,6 +431,11 @@ class CpuGpuOffloadingHandlers:
     row per offloaded block). The CPU tensors are pinned when the KV caches
     are on CUDA and ``pin_memory`` holds, and plain memory otherwise.
 
+    ``direct_copy_min_bytes`` defaults to
+    :data:`~kvoffload.impl.worker.planning.DEFAULT_DIRECT_COPY_MIN_BYTES` on
+    CUDA and :data:`~kvoffload.impl.worker.planning.HOST_DIRECT_COPY_MIN_BYTES`
+    on the CPU.
+
     ``emulate_staging`` (KV caches on the CPU only) sends batched rows through
     the path CUDA uses — gather, staging buffer, scatter, with scatters into
     the CPU tier deferred until :meth:`get_finished` — so that path's index
@@ -446,7 +452,7 @@ class CpuGpuOffloadingHandlers:
         num_cpu_blocks: int,
         *,
         pin_memory: bool = True,
-        direct_copy_min_bytes: int = DEFAULT_DIRECT_COPY_MIN_BYTES,
+        direct_copy_min_bytes: int | None = None,
         emulate_staging: bool = False,
     ) -> None:
         for name, value in (
@@ -455,7 +461,7 @@ class CpuGpuOffloadingHandlers:
         ):
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ConfigurationError(f"{name} must be a positive int, got {value!r}")
-        if direct_copy_min_bytes < 0:
+        if direct_copy_min_bytes is not None and direct_copy_min_bytes < 0:
             raise ConfigurationError(
                 f"direct_copy_min_bytes must be >= 0, got {direct_copy_min_bytes}"
             )
@@ -494,6 +500,12 @@ class CpuGpuOffloadingHandlers:
         self.block_size_factor = block_size_factor
         self.num_cpu_blocks = num_cpu_blocks
         self.num_gpu_blocks = num_gpu_blocks
+        if direct_copy_min_bytes is None:
+            direct_copy_min_bytes = (
+                DEFAULT_DIRECT_COPY_MIN_BYTES if self._layout.staged
+                else HOST_DIRECT_COPY_MIN_BYTES
+            )
+        self.direct_copy_min_bytes = direct_copy_min_bytes
         self.gpu_to_cpu_handler = SingleDirectionOffloadingHandler(
             self._layout, to_cpu=True, direct_copy_min_bytes=direct_copy_min_bytes
         )

@@ -23,9 +23,13 @@ IntArray = npt.NDArray[np.int64]
 _EMPTY: IntArray = np.zeros(0, dtype=np.int64)
 
 DEFAULT_DIRECT_COPY_MIN_BYTES = 128 * 1024
-"""Runs of at least this many bytes are copied directly (one copy each);
-shorter ones are batched. Below about this size a copy's launch overhead
-outweighs its transfer time over PCIe."""
+"""On CUDA, runs of at least this many bytes are copied directly (one DMA
+each); shorter ones are batched. Below about this size a copy's launch
+overhead outweighs its transfer time over PCIe."""
+
+HOST_DIRECT_COPY_MIN_BYTES = 32 * 1024
+"""The same threshold when both sides are host memory: a batched row costs a
+second memcpy, a direct one a few microseconds of call overhead."""
 
 
 @attrs.frozen(eq=False)

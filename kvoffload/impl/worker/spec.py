@@ -13,7 +13,6 @@ import attrs
 from kvoffload.impl.specs import CPULoadStoreSpec, GPULoadStoreSpec
 from kvoffload.impl.worker.base import OffloadingHandler
 from kvoffload.impl.worker.canonical import CanonicalKVCaches
-from kvoffload.impl.worker.planning import DEFAULT_DIRECT_COPY_MIN_BYTES
 from kvoffload.impl.worker.worker import OffloadingWorker
 from kvoffload.spec.contract import LoadStoreSpec, OffloadingManager
 from kvoffload.spec.errors import ConfigurationError
@@ -75,7 +74,8 @@ class CPUOffloadingConfig:
     - ``enable_events``: the manager records stored/removed events.
     - ``pin_memory``: pin the CPU tier when the KV caches are on CUDA.
     - ``direct_copy_min_bytes``: runs of consecutive blocks at least this
-      long are copied one copy per run; shorter ones are batched.
+      long are copied one copy per run; shorter ones are batched (default:
+      chosen by the device, see :class:`CpuGpuOffloadingHandlers`).
 
     Every field is checked on construction; a bad value raises
     :class:`~kvoffload.spec.errors.ConfigurationError`.
@@ -101,9 +101,7 @@ class CPUOffloadingConfig:
     )
     enable_events: bool = attrs.field(default=False, kw_only=True)
     pin_memory: bool = attrs.field(default=True, kw_only=True)
-    direct_copy_min_bytes: int = attrs.field(
-        default=DEFAULT_DIRECT_COPY_MIN_BYTES, kw_only=True
-    )
+    direct_copy_min_bytes: int | None = attrs.field(default=None, kw_only=True)
 
     def __attrs_post_init__(self) -> None:
         if self.cache_policy not in CACHE_POLICIES:
@@ -117,7 +115,7 @@ class CPUOffloadingConfig:
                 f"offloaded_block_size {self.offloaded_block_size} is not a "
                 f"multiple of gpu_block_size {self.gpu_block_size}"
             )
-        if (
+        if self.direct_copy_min_bytes is not None and (
             isinstance(self.direct_copy_min_bytes, bool)
             or not isinstance(self.direct_copy_min_bytes, int)
             or self.direct_copy_min_bytes < 0
