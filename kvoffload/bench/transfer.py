@@ -168,17 +168,17 @@ def measure(
         handlers.gpu_to_cpu_handler.shutdown()
         handlers.cpu_to_gpu_handler.shutdown()
         del gpu, handlers, cpu, host_bulk, device_bulk
-    return _describe(torch, dev, figures_pinned=on_cuda), figures
+    return _describe(dev, pinned=on_cuda), figures
 
 
-def _describe(torch_module: object, dev: torch.device, *, figures_pinned: bool) -> str:
+def _describe(dev: torch.device, *, pinned: bool) -> str:
     import torch
 
     threads = torch.get_num_threads()
     if dev.type == "cuda":
         name = torch.cuda.get_device_name(dev)
         return (f"CUDA {name} (torch {torch.__version__}); CPU side pinned: "
-                f"{figures_pinned}")
+                f"{pinned}")
     return (
         f"CPU only ({platform.machine()}, {threads} torch threads, torch "
         f"{torch.__version__}): no CUDA device, so both sides are host memory "
@@ -245,8 +245,16 @@ def run(args: argparse.Namespace) -> int:
     threads = args.threads if args.threads is not None else (
         None if device == "cuda" else 1
     )
+    previous_threads = torch.get_num_threads()
     if threads is not None:
         torch.set_num_threads(threads)
+    try:
+        return _run(args, device)
+    finally:
+        torch.set_num_threads(previous_threads)
+
+
+def _run(args: argparse.Namespace, device: str) -> int:
     total = parse_size(args.total) if args.total else (
         256 << 20 if device == "cuda" else 64 << 20
     )
