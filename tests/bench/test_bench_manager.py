@@ -1,0 +1,175 @@
+"""``bench manager``: correctness of the harness only, never timings."""
+
+from __future__ import annotations
+
+import os
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from kvoffload.__main__ import main
+from kvoffload.bench.manager import (
+    KvoffloadDriver,
+    VllmUnavailableError,
+    contenders,
+    eviction_cost_ns,
+    load_vllm,
+    replay_throughput,
+)
+from kvoffload.workloads import RequestRecord, compile_trace, generate_trace
+
+FAKE_VLLM_MANAGER = textwrap.dedent(
+    '''
+    """Stand-in with vLLM 0.19's manager API, over kvoffload's manager."""
+    from dataclasses import dataclass
+
+    from vllm.v1.core.kv_cache_utils import BlockHash
+
+    from kvoffload.impl.manager import CPUOffloadingManager as _Ours
+    from kvoffload.spec.contract import ReqContext
+
+    _CTX = ReqContext("fake")
+
+
+    @dataclass
+    class PrepareStoreOutput:
+        block_hashes_to_store: list
+        store_spec: object
+        block_hashes_evicted: list
+
+
+    class CPUOffloadingManager:
+        def __init__(self, block_size, num_blocks, cache_policy="lru", enable_events=False):
+            self._m = _Ours(block_size, num_blocks, cache_policy, enable_events)
+
+        def lookup(self, block_hashes):
+            return self._m.lookup_prefix(list(block_hashes), _CTX)
+
+        def prepare_load(self, block_hashes):
+            return self._m.prepare_load(list(block_hashes), _CTX)
+
+        def complete_load(self, block_hashes):
+            self._m.complete_load(list(block_hashes), _CTX)
+
+        def touch(self, block_hashes):
+            self._m.touch(list(block_hashes), _CTX)
+
+        def prepare_store(self, block_hashes):
+            out = self._m.prepare_store(list(block_hashes), _CTX)
+            if out is None:
+                return None
+            return PrepareStoreOutput(
+                list(out.keys_to_store), out.store_spec, list(out.evicted_keys)
+            )
+
+        def complete_store(self, block_hashes, success=True):
+            self._m.complete_store(list(block_hashes), _CTX, success)
+
+        def take_events(self):
+            yield from self._m.take_events()
+    '''
+)
+
+
+@pytest.fixture(autouse=True)
+def forget_vllm_modules() -> Iterator[None]:
+    """load_vllm registers vllm.* modules; drop them after each test."""
+    yield
+    for name in [n for n in sys.modules if n == "vllm" or n.startswith("vllm.")]:
+        del sys.modules[name]
+
+
+@pytest.fixture
+def fake_vllm(tmp_path: Path) -> Iterator[Path]:
+    manager = tmp_path / "vllm" / "v1" / "kv_offload" / "cpu" / "manager.py"
+    manager.parent.mkdir(parents=True)
+    manager.write_text(FAKE_VLLM_MANAGER)
+    info = tmp_path / "vllm-9.9.9.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Name: vllm\nVersion: 9.9.9\n")
+    yield tmp_path
+
+
+def test_block_operations_are_counted_per_key() -> None:
+    trace = compile_trace(
+        [
+            RequestRecord("r0", segments=(("a", 3),)),
+            RequestRecord("r1", segments=(("a", 2), ("b", 1))),
+        ]
+    )
+    result = replay_throughput(KvoffloadDriver(8, "lru"), trace.key_chains(), trace.req_ids)
+    # r0: lookup 3 + touch 3 + store 3 + complete_store 3 = 12
+    # r1: lookup 3 + touch 3 + load 2 + complete_load 2 + store 1 + complete 1 = 12
+    assert result.block_ops == 24
+    assert result.hit_blocks == 2
+    assert result.events == 2  # two "stored" events
+
+
+def test_two_equal_managers_give_identical_hits() -> None:
+    trace = generate_trace("multi-turn", 300)
+    chains = trace.key_chains()
+    for policy in ("lru", "arc"):
+        first = replay_throughput(KvoffloadDriver(256, policy), chains, trace.req_ids)
+        second = replay_throughput(KvoffloadDriver(256, policy), chains, trace.req_ids)
+        assert (first.hit_blocks, first.blocks_evicted) == (
+            second.hit_blocks, second.blocks_evicted,
+        )
+        assert first.blocks_evicted > 0
+
+
+def test_eviction_scenario_evicts_exactly_one_block_per_store() -> None:
+    for policy in ("lru", "arc"):
+        assert eviction_cost_ns(KvoffloadDriver, policy, pinned=50, unpinned=4, repeats=5) > 0
+
+
+def test_vllm_tree_is_loaded_behind_shims(fake_vllm: Path) -> None:
+    manager_cls, label = load_vllm(fake_vllm)
+    assert label == "vllm-9.9.9"
+    runners = contenders(fake_vllm)
+    assert [r.label for r in runners] == ["kvoffload", "vllm-9.9.9"]
+    trace = generate_trace("multi-turn", 200)
+    chains = trace.key_chains()
+    ours = replay_throughput(runners[0].make_driver(128, "lru"), chains, trace.req_ids)
+    theirs = replay_throughput(runners[1].make_driver(128, "lru"), chains, trace.req_ids)
+    assert (ours.hit_blocks, ours.block_ops) == (theirs.hit_blocks, theirs.block_ops)
+    assert eviction_cost_ns(runners[1].make_driver, "lru", 20, 4, 3) > 0
+
+
+def test_missing_vllm_tree_is_a_clear_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(VllmUnavailableError, match="no vllm/v1/kv_offload"):
+        load_vllm(tmp_path)
+    assert main(["bench", "manager", "--vllm-path", str(tmp_path)]) == 2
+    assert "pip download --no-deps" in capsys.readouterr().err
+
+
+def test_bench_manager_command_runs_side_by_side(
+    fake_vllm: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    status = main(
+        ["bench", "manager", "--requests", "60", "--capacity", "64", "--rounds", "1",
+         "--pinned", "10,20", "--unpinned", "4", "--repeats", "3",
+         "--vllm-path", str(fake_vllm)]
+    )
+    out = capsys.readouterr().out
+    assert status == 0
+    assert "lru    speedup" in out and "hit ratios identical" in out
+    assert "arc    speedup" in out
+    assert out.count("vllm-9.9.9") >= 3
+
+
+@pytest.mark.skipif(
+    not os.environ.get("KVOFFLOAD_VLLM_PATH"),
+    reason="set KVOFFLOAD_VLLM_PATH to an unpacked vllm/v1/kv_offload tree",
+)
+def test_lru_hit_ratios_match_real_vllm() -> None:
+    runners = contenders(Path(os.environ["KVOFFLOAD_VLLM_PATH"]))
+    trace = generate_trace("multi-turn", 1000)
+    chains = trace.key_chains()
+    ours = replay_throughput(runners[0].make_driver(2048, "lru"), chains, trace.req_ids)
+    theirs = replay_throughput(runners[1].make_driver(2048, "lru"), chains, trace.req_ids)
+    assert (ours.hit_blocks, ours.blocks_evicted) == (theirs.hit_blocks, theirs.blocks_evicted)
