@@ -109,6 +109,7 @@ def measure(
     rng = np.random.default_rng(seed)
     figures: list[TransferFigure] = []
     job_ids = iter(range(1 << 62))
+    pinned = False
     for block_bytes in block_sizes:
         count = max(8, total_bytes // block_bytes)
         pool = 2 * count
@@ -117,6 +118,7 @@ def measure(
             CanonicalKVCaches.single_group([gpu]), 1, pool,
             direct_copy_min_bytes=direct_copy_min_bytes,
         )
+        pinned = handlers.pinned
         cpu = handlers.cpu_tensors[0]
         cpu.zero_()
         host_bulk = torch.zeros((count, block_bytes), dtype=torch.int8,
@@ -168,7 +170,7 @@ def measure(
         handlers.gpu_to_cpu_handler.shutdown()
         handlers.cpu_to_gpu_handler.shutdown()
         del gpu, handlers, cpu, host_bulk, device_bulk
-    return _describe(dev, pinned=on_cuda), figures
+    return _describe(dev, pinned=pinned), figures
 
 
 def _describe(dev: torch.device, *, pinned: bool) -> str:

@@ -339,11 +339,17 @@ class SingleDirectionOffloadingHandler(OffloadingHandler):
                 self._ready.append(result)
 
     def _finish(self, transfer: _Transfer) -> TransferResult | None:
-        for action in transfer.deferred:
-            action()
+        """Complete a transfer whose device work is done (in submission
+        order): run its host-side scatters, recycle its stream and events."""
+        if transfer.reported:
+            # A transfer that failed half-way skips its scatters: the slots
+            # it was filling may already belong to a later transfer.
+            for action in transfer.deferred:
+                action()
         seconds = transfer.cpu_seconds
         if transfer.start_event is not None and transfer.end_event is not None:
-            seconds = transfer.start_event.elapsed_time(transfer.end_event) * 1e-3
+            if transfer.reported:
+                seconds = transfer.start_event.elapsed_time(transfer.end_event) * 1e-3
             self._event_pool += [transfer.start_event, transfer.end_event]
             if transfer.end_event is self._last_end_event:
                 self._last_end_event = None
