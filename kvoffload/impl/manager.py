@@ -25,6 +25,20 @@ from kvoffload.spec.keys import GROUP_IDX_BYTES, OffloadKey, validate_offload_ke
 from kvoffload.spec.lifecycle import Call, Phase
 
 
+def check_offered_keys(offered: Sequence[object]) -> None:
+    """Raise :class:`InvalidKeyError` for the first offered key that is not
+    ``bytes`` of at least the group-index length (a C-speed check first)."""
+    try:
+        if set(map(type, offered)) <= {bytes} and min(
+            map(len, offered), default=GROUP_IDX_BYTES  # type: ignore[arg-type]
+        ) >= GROUP_IDX_BYTES:
+            return
+    except TypeError:
+        pass
+    for key in offered:
+        validate_offload_key(key)
+
+
 class OffloadingManagerCore(OffloadingManager):
     """An :class:`OffloadingManager` over a backend and a cache policy.
 
@@ -38,6 +52,7 @@ class OffloadingManagerCore(OffloadingManager):
     ) -> None:
         self.backend = backend
         self.policy = policy
+        self._blocks = policy.blocks  # the policy's key -> block map (hot path)
         self.block_size = backend.block_size
         self.medium = backend.medium
         self.events: list[OffloadingEvent] | None = [] if enable_events else None
@@ -45,13 +60,13 @@ class OffloadingManagerCore(OffloadingManager):
     # --- reads -----------------------------------------------------------
 
     def lookup(self, key: OffloadKey, req_context: ReqContext) -> bool:
-        block = self.policy.get(key)
+        block = self._blocks.get(key)
         return block is not None and block.ref_cnt >= 0
 
     def lookup_prefix(
         self, keys: Iterable[OffloadKey], req_context: ReqContext
     ) -> int:
-        get = self.policy.get
+        get = self._blocks.get
         hits = 0
         for key in keys:
             block = get(key)
@@ -62,12 +77,12 @@ class OffloadingManagerCore(OffloadingManager):
 
     def phase(self, key: OffloadKey) -> Phase:
         """The lifecycle phase of ``key`` (no side effects)."""
-        block = self.policy.get(key)
+        block = self._blocks.get(key)
         return Phase.from_ref_cnt(None if block is None else block.ref_cnt)
 
     def slot_of(self, key: OffloadKey) -> int | None:
         """The slot of ``key``'s block, or None when untracked."""
-        block = self.policy.get(key)
+        block = self._blocks.get(key)
         return None if block is None else block.block_id
 
     # --- loads -----------------------------------------------------------
@@ -76,45 +91,35 @@ class OffloadingManagerCore(OffloadingManager):
         self, keys: Collection[OffloadKey], req_context: ReqContext
     ) -> LoadStoreSpec:
         keys = list(keys)
-        get = self.policy.get
-        blocks: list[BlockStatus] = []
-        for key in keys:
-            block = get(key)
+        get = self._blocks.get
+        blocks = [get(key) for key in keys]
+        for key, block in zip(keys, blocks):
             if block is None or block.ref_cnt < 0:
                 raise IllegalTransitionError(key, self.phase(key), Call.PREPARE_LOAD)
-            blocks.append(block)
-        pinned = self.policy.block_pinned
-        for key, block in zip(keys, blocks):
-            if block.ref_cnt == 0:
-                pinned(key)
+        loaded: list[BlockStatus] = blocks  # type: ignore[assignment]
+        for block in loaded:
             block.ref_cnt += 1
-        return self.backend.get_load_store_spec(keys, blocks)
+        return self.backend.get_load_store_spec(keys, loaded)
 
     def complete_load(
         self, keys: Collection[OffloadKey], req_context: ReqContext
     ) -> None:
-        get = self.policy.get
-        unpinned = self.policy.block_unpinned
-        done: list[tuple[OffloadKey, BlockStatus]] = []
+        get = self._blocks.get
+        done: list[BlockStatus] = []
+        unpinned: list[OffloadKey] = []
         for key in keys:
             block = get(key)
             if block is None or block.ref_cnt <= 0:
-                # the phase this occurrence found (READY for a repeat that ran
-                # out of loads), not the phase restored by the undo
-                found = self.phase(key)
-                self._undo_complete_load(done)
+                found = self.phase(key)  # the phase this occurrence found
+                for earlier in done:  # undo: the call changes nothing
+                    earlier.ref_cnt += 1
                 raise IllegalTransitionError(key, found, Call.COMPLETE_LOAD)
             block.ref_cnt -= 1
             if block.ref_cnt == 0:
-                unpinned(key)
-            done.append((key, block))
-
-    def _undo_complete_load(self, done: list[tuple[OffloadKey, BlockStatus]]) -> None:
-        pinned = self.policy.block_pinned
-        for key, block in reversed(done):
-            if block.ref_cnt == 0:
-                pinned(key)
-            block.ref_cnt += 1
+                unpinned.append(key)
+            done.append(block)
+        if unpinned:
+            self.policy.blocks_unpinned(unpinned)
 
     def touch(self, keys: Collection[OffloadKey], req_context: ReqContext) -> None:
         self.policy.touch(keys if isinstance(keys, Sequence) else list(keys))
@@ -125,11 +130,9 @@ class OffloadingManagerCore(OffloadingManager):
         self, keys: Collection[OffloadKey], req_context: ReqContext
     ) -> PrepareStoreOutput | None:
         offered = list(keys)
-        for key in offered:
-            if not isinstance(key, bytes) or len(key) < GROUP_IDX_BYTES:
-                validate_offload_key(key)  # raises InvalidKeyError
-        get = self.policy.get
-        to_store = [key for key in dict.fromkeys(offered) if get(key) is None]
+        check_offered_keys(offered)
+        tracked = self._blocks
+        to_store = [key for key in dict.fromkeys(offered) if key not in tracked]
         backend = self.backend
         if not to_store:
             return PrepareStoreOutput((), backend.get_load_store_spec([], []), ())
@@ -154,9 +157,7 @@ class OffloadingManagerCore(OffloadingManager):
             raise OffloadingError(
                 f"backend allocated {len(blocks)} blocks for {len(to_store)} keys"
             )
-        insert = self.policy.insert
-        for key, block in zip(to_store, blocks):
-            insert(key, block)
+        self.policy.insert_many(to_store, blocks)
         return PrepareStoreOutput(
             tuple(to_store), backend.get_load_store_spec(to_store, blocks), evicted
         )
@@ -167,7 +168,7 @@ class OffloadingManagerCore(OffloadingManager):
         req_context: ReqContext,
         success: bool = True,
     ) -> None:
-        get = self.policy.get
+        get = self._blocks.get
         unique = list(dict.fromkeys(keys))
         blocks = [get(key) for key in unique]
         if None in blocks:
@@ -175,13 +176,13 @@ class OffloadingManagerCore(OffloadingManager):
             call = Call.COMPLETE_STORE_OK if success else Call.COMPLETE_STORE_FAILED
             raise IllegalTransitionError(missing, self.phase(missing), call)
         if success:
-            unpinned = self.policy.block_unpinned
             stored: list[OffloadKey] = []
             for key, block in zip(unique, blocks):
                 if block is not None and block.ref_cnt < 0:
                     block.ref_cnt = 0
-                    unpinned(key)
                     stored.append(key)
+            if stored:
+                self.policy.blocks_unpinned(stored)
             if stored and self.events is not None:
                 self.events.append(
                     OffloadingEvent(tuple(stored), self.block_size, self.medium, False)

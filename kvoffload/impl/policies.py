@@ -1,9 +1,9 @@
 """Replacement policies: which READY blocks a store evicts (reference 003).
 
-A policy owns the key → :class:`BlockStatus` map and the order victims are
-chosen in. The manager core tells it when a block stops or starts being
-evictable (:meth:`CachePolicy.block_pinned` / :meth:`CachePolicy.block_unpinned`),
-so eviction never scans pinned blocks.
+A policy owns the key → :class:`BlockStatus` map (:attr:`CachePolicy.blocks`)
+and the order victims are chosen in. The manager core tells it when a block
+becomes READY again (:meth:`CachePolicy.blocks_unpinned`), so a policy can
+keep pinned blocks out of its victim searches.
 """
 
 from __future__ import annotations
@@ -35,14 +35,24 @@ class CachePolicy(ABC):
         if cache_capacity <= 0:
             raise ConfigurationError(f"cache_capacity must be > 0, got {cache_capacity}")
         self.cache_capacity = cache_capacity
+        # Every tracked key and its block. The manager core reads it directly
+        # (the hot path); a policy mutates it but never rebinds it.
+        self.blocks: dict[OffloadKey, BlockStatus] = {}
 
-    @abstractmethod
     def get(self, key: OffloadKey) -> BlockStatus | None:
         """The block tracked under ``key``, or None."""
+        return self.blocks.get(key)
 
     @abstractmethod
     def insert(self, key: OffloadKey, block: BlockStatus) -> None:
         """Track a newly allocated (PENDING) block as most recent."""
+
+    def insert_many(
+        self, keys: Sequence[OffloadKey], blocks: Sequence[BlockStatus]
+    ) -> None:
+        """:meth:`insert` each key in order (the last ends most recent)."""
+        for key, block in zip(keys, blocks):
+            self.insert(key, block)
 
     @abstractmethod
     def remove(self, key: OffloadKey) -> None:
@@ -57,20 +67,17 @@ class CachePolicy(ABC):
         """Remove exactly ``n`` READY blocks not in ``protected`` and return
         them in eviction order, or return None and change nothing."""
 
-    @abstractmethod
     def items(self) -> Iterator[tuple[OffloadKey, BlockStatus]]:
         """Every tracked (key, block), in no particular order."""
+        return iter(list(self.blocks.items()))
 
     @abstractmethod
     def clear(self) -> None:
         """Forget every block and all history."""
 
-    def block_pinned(self, key: OffloadKey) -> None:
-        """``key``'s block left READY (a load started). Default: nothing."""
-        return None
-
-    def block_unpinned(self, key: OffloadKey) -> None:
-        """``key``'s block became READY (store done, last load done)."""
+    def blocks_unpinned(self, keys: Sequence[OffloadKey]) -> None:
+        """``keys``' blocks became READY (store done, last load done).
+        Default: nothing."""
         return None
 
 
@@ -79,25 +86,24 @@ class LRUCachePolicy(CachePolicy):
 
     def __init__(self, cache_capacity: int) -> None:
         super().__init__(cache_capacity)
-        self.blocks: dict[OffloadKey, BlockStatus] = {}
         self._order: RecencyQueue[OffloadKey] = RecencyQueue()
-
-    def get(self, key: OffloadKey) -> BlockStatus | None:
-        return self.blocks.get(key)
 
     def insert(self, key: OffloadKey, block: BlockStatus) -> None:
         self.blocks[key] = block
-        self._order.add(key, block.ref_cnt == 0)
+        self._order.add(key, block)
+
+    def insert_many(
+        self, keys: Sequence[OffloadKey], blocks: Sequence[BlockStatus]
+    ) -> None:
+        self.blocks.update(zip(keys, blocks))
+        self._order.add_many(keys, blocks)
 
     def remove(self, key: OffloadKey) -> None:
         del self.blocks[key]
         self._order.remove(key)
 
     def touch(self, keys: Sequence[OffloadKey]) -> None:
-        blocks, move = self.blocks, self._order.move_to_end
-        for key in reversed(keys):
-            if key in blocks:
-                move(key)
+        self._order.touch(reversed(keys))
 
     def evict(self, n: int, protected: Collection[OffloadKey]) -> Victims | None:
         if n <= 0:
@@ -114,18 +120,14 @@ class LRUCachePolicy(CachePolicy):
         pop = self.blocks.pop
         return [(key, pop(key)) for key in chosen]
 
-    def items(self) -> Iterator[tuple[OffloadKey, BlockStatus]]:
-        return iter(list(self.blocks.items()))
-
     def clear(self) -> None:
         self.blocks.clear()
         self._order.clear()
 
-    def block_pinned(self, key: OffloadKey) -> None:
-        self._order.pin(key)
-
-    def block_unpinned(self, key: OffloadKey) -> None:
-        self._order.unpin(key)
+    def blocks_unpinned(self, keys: Sequence[OffloadKey]) -> None:
+        unpinned = self._order.unpinned
+        for key in keys:
+            unpinned(key)
 
     def recency_order(self) -> list[OffloadKey]:
         """Tracked keys, least recent first (for inspection and tests)."""
@@ -146,20 +148,26 @@ class ARCCachePolicy(CachePolicy):
     def __init__(self, cache_capacity: int) -> None:
         super().__init__(cache_capacity)
         self.target_t1_size: float = 0.0
-        self.blocks: dict[OffloadKey, BlockStatus] = {}
         self.t1: RecencyQueue[OffloadKey] = RecencyQueue()
         self.t2: RecencyQueue[OffloadKey] = RecencyQueue()
         self.b1: OrderedDict[OffloadKey, None] = OrderedDict()
         self.b2: OrderedDict[OffloadKey, None] = OrderedDict()
 
-    def get(self, key: OffloadKey) -> BlockStatus | None:
-        return self.blocks.get(key)
-
     def insert(self, key: OffloadKey, block: BlockStatus) -> None:
         self.blocks[key] = block
-        self.t1.add(key, block.ref_cnt == 0)
+        self.t1.add(key, block)
         self.b1.pop(key, None)
         self.b2.pop(key, None)
+
+    def insert_many(
+        self, keys: Sequence[OffloadKey], blocks: Sequence[BlockStatus]
+    ) -> None:
+        self.blocks.update(zip(keys, blocks))
+        self.t1.add_many(keys, blocks)
+        for ghost in (self.b1, self.b2):
+            if ghost:
+                for key in keys:
+                    ghost.pop(key, None)
 
     def remove(self, key: OffloadKey) -> None:
         del self.blocks[key]
@@ -178,7 +186,7 @@ class ARCCachePolicy(CachePolicy):
                     t1.move_to_end(key)
                 else:
                     t1.remove(key)
-                    t2.add(key, block.ref_cnt == 0)
+                    t2.add(key, block)
             elif key in t2:
                 t2.move_to_end(key)
             elif key in b1:
@@ -222,9 +230,6 @@ class ARCCachePolicy(CachePolicy):
                 ghost.popitem(last=False)
         return victims
 
-    def items(self) -> Iterator[tuple[OffloadKey, BlockStatus]]:
-        return iter(list(self.blocks.items()))
-
     def clear(self) -> None:
         self.blocks.clear()
         self.t1.clear()
@@ -233,11 +238,10 @@ class ARCCachePolicy(CachePolicy):
         self.b2.clear()
         self.target_t1_size = 0.0
 
-    def block_pinned(self, key: OffloadKey) -> None:
-        (self.t1 if key in self.t1 else self.t2).pin(key)
-
-    def block_unpinned(self, key: OffloadKey) -> None:
-        (self.t1 if key in self.t1 else self.t2).unpin(key)
+    def blocks_unpinned(self, keys: Sequence[OffloadKey]) -> None:
+        t1 = self.t1
+        for key in keys:
+            (t1 if key in t1 else self.t2).unpinned(key)
 
 
 CACHE_POLICIES: dict[str, type[CachePolicy]] = {

@@ -1,95 +1,103 @@
-"""A recency order whose evictable members can be popped in O(log n).
+"""A recency order whose victim search never rescans pinned blocks.
 
-Members are kept in one recency order (a stamp per member). Members that are
-pinned (PENDING or LOADING blocks) stay in the order but are absent from the
-heap of evictable members, so choosing victims never walks over them: an
-eviction costs O(victims · log n), not O(pinned).
+Members live in an ``OrderedDict`` (least recent first) together with their
+:class:`BlockStatus`. Pinning a block (a load starts, or it is still
+PENDING) costs nothing. When a victim search meets a pinned block at the
+least-recent end, it *parks* it: the block leaves the ordered dict for a side
+table, keeping a park sequence number. A parked block is older than every
+member still in the ordered dict (only the oldest end is ever parked, and
+members only get newer), and parked blocks are ordered among themselves by
+park sequence. When a parked block becomes READY again it enters a small
+heap that victim searches consult first; a touch moves it back to the most
+recent end.
+
+So a search walks each pinned block once per pin period instead of on
+every eviction: an eviction costs O(victims) amortized (plus O(log p) per
+returning parked block), whatever the number of pinned blocks, and a touch
+is one ``move_to_end``.
 """
 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Collection, Hashable, Iterator
+from collections import OrderedDict, deque
+from collections.abc import Collection, Hashable, Iterable, Iterator, Sequence
 from typing import Generic, TypeVar
+
+from kvoffload.impl.block import BlockStatus
 
 K = TypeVar("K", bound=Hashable)
 
 
 class RecencyQueue(Generic[K]):
-    """Members in recency order; evictable members also in a min-heap.
+    """Members in recency order (see the module docstring)."""
 
-    A heap entry ``(stamp, seq, key)`` is live while ``_live[key] == seq``;
-    stale entries are skipped when popped and compacted away when they
-    outnumber live ones.
-    """
-
-    __slots__ = ("_stamp", "_live", "_heap", "_clock", "_seq")
+    __slots__ = ("_order", "_parked", "_returned", "_seq")
 
     def __init__(self) -> None:
-        self._stamp: dict[K, int] = {}
-        self._live: dict[K, int] = {}
-        self._heap: list[tuple[int, int, K]] = []
-        self._clock = 0
+        self._order: OrderedDict[K, BlockStatus] = OrderedDict()
+        self._parked: dict[K, tuple[int, BlockStatus]] = {}
+        self._returned: list[tuple[int, K]] = []
         self._seq = 0
 
     def __len__(self) -> int:
-        return len(self._stamp)
+        return len(self._order) + len(self._parked)
 
     def __contains__(self, key: object) -> bool:
-        return key in self._stamp
+        return key in self._order or key in self._parked
 
     def __iter__(self) -> Iterator[K]:
-        """Members from least to most recent (O(n log n); for inspection)."""
-        return iter(sorted(self._stamp, key=self._stamp.__getitem__))
+        """Members from least to most recent."""
+        parked = sorted(self._parked, key=lambda k: self._parked[k][0])
+        return iter([*parked, *self._order])
 
-    @property
-    def evictable_count(self) -> int:
-        return len(self._live)
-
-    def _push(self, key: K, stamp: int) -> None:
-        self._seq += 1
-        self._live[key] = self._seq
-        heapq.heappush(self._heap, (stamp, self._seq, key))
-        if len(self._heap) > 2 * len(self._live) + 64:
-            self._compact()
-
-    def _compact(self) -> None:
-        stamp = self._stamp
-        self._heap = [(stamp[k], seq, k) for k, seq in self._live.items()]
-        heapq.heapify(self._heap)
-
-    def add(self, key: K, evictable: bool) -> None:
+    def add(self, key: K, block: BlockStatus) -> None:
         """Insert ``key`` (not a member) as the most recent member."""
-        self._clock += 1
-        self._stamp[key] = self._clock
-        if evictable:
-            self._push(key, self._clock)
+        self._order[key] = block
+
+    def add_many(self, keys: Sequence[K], blocks: Sequence[BlockStatus]) -> None:
+        """Insert ``keys`` in order: the last ends most recent."""
+        self._order.update(zip(keys, blocks))
 
     def move_to_end(self, key: K) -> None:
         """Make member ``key`` the most recent."""
-        self._clock += 1
-        self._stamp[key] = self._clock
-        if key in self._live:
-            self._push(key, self._clock)
+        if key in self._order:
+            self._order.move_to_end(key)
+        else:
+            self._order[key] = self._parked.pop(key)[1]
 
-    def remove(self, key: K) -> None:
-        """Drop member ``key``."""
-        del self._stamp[key]
-        self._live.pop(key, None)
+    def touch(self, keys_in_order: Iterable[K]) -> None:
+        """Make each member of ``keys_in_order`` most recent, in turn (the
+        last ends most recent); non-members are ignored."""
+        keys = list(keys_in_order)
+        parked = self._parked
+        if parked:
+            order = self._order
+            for key in parked.keys() & set(keys):
+                order[key] = parked.pop(key)[1]
+        order = self._order
+        deque(map(order.move_to_end, [k for k in keys if k in order]), maxlen=0)
 
-    def pin(self, key: K) -> None:
-        """Member ``key`` is no longer evictable; its recency is kept."""
-        self._live.pop(key, None)
+    def remove(self, key: K) -> BlockStatus:
+        """Drop member ``key``; its block."""
+        block = self._order.pop(key, None)
+        if block is None:
+            block = self._parked.pop(key)[1]
+        return block
 
-    def unpin(self, key: K) -> None:
-        """Member ``key`` is evictable again, at its old recency."""
-        if key not in self._live:
-            self._push(key, self._stamp[key])
+    def unpinned(self, key: K) -> None:
+        """Member ``key``'s block became READY again."""
+        entry = self._parked.get(key)
+        if entry is not None:
+            heapq.heappush(self._returned, (entry[0], key))
+            if len(self._returned) > 2 * len(self._parked) + 64:
+                self._returned = [(s, k) for k, (s, b) in self._parked.items() if b.ref_cnt == 0]
+                heapq.heapify(self._returned)
 
     def clear(self) -> None:
-        self._stamp.clear()
-        self._live.clear()
-        self._heap.clear()
+        self._order.clear()
+        self._parked.clear()
+        self._returned.clear()
 
     def scan(self, protected: Collection[K]) -> RecencyScan[K]:
         """Start choosing victims, least recent first, skipping ``protected``."""
@@ -99,49 +107,86 @@ class RecencyQueue(Generic[K]):
 class RecencyScan(Generic[K]):
     """One atomic victim search over a :class:`RecencyQueue`.
 
-    :meth:`next` yields candidates; :meth:`commit` removes the taken ones from
-    the queue, :meth:`rollback` leaves the queue's order as it was.
+    :meth:`next` yields READY, unprotected members, least recent first;
+    :meth:`commit` removes the taken ones, :meth:`rollback` keeps them.
+    Either way the pinned blocks met at the oldest end are parked, which
+    changes no member's recency.
     """
 
-    __slots__ = ("_queue", "_protected", "_taken", "_kept")
+    __slots__ = ("_queue", "_protected", "_from_parked", "_kept", "_iter",
+                 "_from_order", "_to_park", "_parking", "_rollback_parks")
 
     def __init__(self, queue: RecencyQueue[K], protected: Collection[K]) -> None:
         self._queue = queue
         self._protected = protected
-        self._taken: list[tuple[int, int, K]] = []
-        self._kept: list[tuple[int, int, K]] = []
+        self._from_parked: list[tuple[int, K]] = []
+        self._kept: list[tuple[int, K]] = []
+        self._iter: Iterator[tuple[K, BlockStatus]] | None = None
+        self._from_order: list[K] = []
+        self._to_park: list[K] = []
+        self._parking = True
+        self._rollback_parks: int | None = None
 
     def next(self) -> K | None:
-        """The least recent evictable, unprotected member not yet taken."""
-        queue = self._queue
-        heap, live, protected = queue._heap, queue._live, self._protected
-        while heap:
-            entry = heapq.heappop(heap)
-            key = entry[2]
-            if live.get(key) != entry[1]:
-                continue  # stale: pinned, removed or re-stamped since
+        """The least recent READY, unprotected member not yet taken."""
+        queue, protected = self._queue, self._protected
+        returned, parked = queue._returned, queue._parked
+        while returned:
+            entry = heapq.heappop(returned)
+            seq, key = entry
+            found = parked.get(key)
+            if found is None or found[0] != seq or found[1].ref_cnt != 0:
+                continue  # stale: touched, removed or pinned again
             if key in protected:
                 self._kept.append(entry)
-            else:
-                self._taken.append(entry)
-                return key
+                continue
+            self._from_parked.append(entry)
+            return key
+        if self._iter is None:
+            self._iter = iter(queue._order.items())
+        for key, block in self._iter:
+            if block.ref_cnt != 0:
+                if self._parking:
+                    self._to_park.append(key)
+                continue
+            if key in protected:
+                # parking past a member that stays would make a younger
+                # parked block look older than it: stop parking here
+                self._parking = False
+                continue
+            if self._rollback_parks is None:
+                # a rollback keeps this member: only blocks parked before it
+                # may stay parked then
+                self._rollback_parks = len(self._to_park)
+            self._from_order.append(key)
+            return key
         return None
 
-    def commit(self) -> None:
+    def _finish(self, commit: bool) -> None:
         queue = self._queue
-        for _, _, key in self._taken:
-            del queue._stamp[key]
-            del queue._live[key]
+        order, parked, returned = queue._order, queue._parked, queue._returned
         for entry in self._kept:
-            heapq.heappush(queue._heap, entry)
-        self._taken.clear()
-        self._kept.clear()
+            heapq.heappush(returned, entry)
+        if commit:
+            for _, key in self._from_parked:
+                del parked[key]
+            for key in self._from_order:
+                del order[key]
+        else:
+            for entry in self._from_parked:
+                heapq.heappush(returned, entry)
+        to_park = self._to_park
+        if not commit and self._rollback_parks is not None:
+            to_park = to_park[: self._rollback_parks]
+        for key in to_park:
+            queue._seq += 1
+            parked[key] = (queue._seq, order.pop(key))
+        self._iter = None
+
+    def commit(self) -> None:
+        """Remove the members :meth:`next` returned."""
+        self._finish(True)
 
     def rollback(self) -> None:
-        heap = self._queue._heap
-        for entry in self._taken:
-            heapq.heappush(heap, entry)
-        for entry in self._kept:
-            heapq.heappush(heap, entry)
-        self._taken.clear()
-        self._kept.clear()
+        """Keep every member; only park the pinned blocks met."""
+        self._finish(False)

@@ -15,7 +15,8 @@ from kvoffload.spec.contract import (
     RequestOffloadingContext,
 )
 from kvoffload.spec.errors import ConfigurationError
-from kvoffload.spec.keys import GROUP_IDX_BYTES, OffloadKey, validate_offload_key
+from kvoffload.impl.manager import check_offered_keys
+from kvoffload.spec.keys import OffloadKey
 from kvoffload.spec.lifecycle import Phase
 
 
@@ -104,9 +105,7 @@ class FilterReusedOffloadingManager(OffloadingManager):
         self, keys: Collection[OffloadKey], req_context: ReqContext
     ) -> PrepareStoreOutput | None:
         offered = list(keys)
-        for key in offered:
-            if not isinstance(key, bytes) or len(key) < GROUP_IDX_BYTES:
-                validate_offload_key(key)
+        check_offered_keys(offered)
         threshold, counts, backing = self.store_threshold, self.counts, self.backing
         passed = [
             key
