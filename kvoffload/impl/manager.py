@@ -9,6 +9,9 @@ prepare/complete skeletons over a :class:`Backend` (slots) and a
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Sequence
+from itertools import takewhile
+from operator import attrgetter
+from typing import cast
 
 from kvoffload.impl.backend import Backend, CPUBackend, require_positive_int
 from kvoffload.impl.block import BlockStatus
@@ -25,12 +28,15 @@ from kvoffload.spec.keys import GROUP_IDX_BYTES, OffloadKey, validate_offload_ke
 from kvoffload.spec.lifecycle import Call, Phase
 
 
+_REF_CNT = attrgetter("ref_cnt")
+
+
 def check_offered_keys(offered: Sequence[object]) -> None:
     """Raise :class:`InvalidKeyError` for the first offered key that is not
     ``bytes`` of at least the group-index length (a C-speed check first)."""
     try:
         if set(map(type, offered)) <= {bytes} and min(
-            map(len, offered), default=GROUP_IDX_BYTES  # type: ignore[arg-type]
+            map(len, cast(Sequence[bytes], offered)), default=GROUP_IDX_BYTES
         ) >= GROUP_IDX_BYTES:
             return
     except TypeError:
@@ -53,6 +59,8 @@ class OffloadingManagerCore(OffloadingManager):
         self.backend = backend
         self.policy = policy
         self._blocks = policy.blocks  # the policy's key -> block map (hot path)
+        # Keys READY or LOADING: what lookup answers True for (hot path).
+        self._readable: set[OffloadKey] = set()
         self.block_size = backend.block_size
         self.medium = backend.medium
         self.events: list[OffloadingEvent] | None = [] if enable_events else None
@@ -60,20 +68,12 @@ class OffloadingManagerCore(OffloadingManager):
     # --- reads -----------------------------------------------------------
 
     def lookup(self, key: OffloadKey, req_context: ReqContext) -> bool:
-        block = self._blocks.get(key)
-        return block is not None and block.ref_cnt >= 0
+        return key in self._readable
 
     def lookup_prefix(
         self, keys: Iterable[OffloadKey], req_context: ReqContext
     ) -> int:
-        get = self._blocks.get
-        hits = 0
-        for key in keys:
-            block = get(key)
-            if block is None or block.ref_cnt < 0:
-                break
-            hits += 1
-        return hits
+        return len(list(takewhile(self._readable.__contains__, keys)))
 
     def phase(self, key: OffloadKey) -> Phase:
         """The lifecycle phase of ``key`` (no side effects)."""
@@ -93,10 +93,11 @@ class OffloadingManagerCore(OffloadingManager):
         keys = list(keys)
         get = self._blocks.get
         blocks = [get(key) for key in keys]
-        for key, block in zip(keys, blocks):
-            if block is None or block.ref_cnt < 0:
-                raise IllegalTransitionError(key, self.phase(key), Call.PREPARE_LOAD)
-        loaded: list[BlockStatus] = blocks  # type: ignore[assignment]
+        if None in blocks or min(map(_REF_CNT, blocks), default=0) < 0:
+            for key, block in zip(keys, blocks):
+                if block is None or block.ref_cnt < 0:
+                    raise IllegalTransitionError(key, self.phase(key), Call.PREPARE_LOAD)
+        loaded = cast(list[BlockStatus], blocks)
         for block in loaded:
             block.ref_cnt += 1
         return self.backend.get_load_store_spec(keys, loaded)
@@ -104,25 +105,38 @@ class OffloadingManagerCore(OffloadingManager):
     def complete_load(
         self, keys: Collection[OffloadKey], req_context: ReqContext
     ) -> None:
+        keys = list(keys)
         get = self._blocks.get
-        done: list[BlockStatus] = []
-        unpinned: list[OffloadKey] = []
-        for key in keys:
-            block = get(key)
-            if block is None or block.ref_cnt <= 0:
-                found = self.phase(key)  # the phase this occurrence found
-                for earlier in done:  # undo: the call changes nothing
-                    earlier.ref_cnt += 1
-                raise IllegalTransitionError(key, found, Call.COMPLETE_LOAD)
+        blocks = [get(key) for key in keys]
+        if (
+            None in blocks
+            or min(map(_REF_CNT, blocks), default=1) < 1
+            or len(set(keys)) != len(keys)
+        ):
+            self._check_complete_load(keys)
+        loaded = cast(list[BlockStatus], blocks)
+        for block in loaded:
             block.ref_cnt -= 1
-            if block.ref_cnt == 0:
-                unpinned.append(key)
-            done.append(block)
-        if unpinned:
-            self.policy.blocks_unpinned(unpinned)
+        if self.policy.tracks_unpinning():
+            unpinned = [key for key, block in zip(keys, loaded) if not block.ref_cnt]
+            if unpinned:
+                self.policy.blocks_unpinned(unpinned)
+
+    def _check_complete_load(self, keys: list[OffloadKey]) -> None:
+        """Raise for the first occurrence with no load in flight, if any."""
+        remaining: dict[OffloadKey, int] = {}
+        for key in keys:
+            block = self._blocks.get(key)
+            left = remaining.get(key, 0 if block is None else block.ref_cnt)
+            if left <= 0:
+                found = Phase.from_ref_cnt(
+                    None if block is None else (0 if block.ref_cnt > 0 else block.ref_cnt)
+                )
+                raise IllegalTransitionError(key, found, Call.COMPLETE_LOAD)
+            remaining[key] = left - 1
 
     def touch(self, keys: Collection[OffloadKey], req_context: ReqContext) -> None:
-        self.policy.touch(keys if isinstance(keys, Sequence) else list(keys))
+        self.policy.touch(keys if type(keys) is list else list(keys))
 
     # --- stores ----------------------------------------------------------
 
@@ -147,6 +161,7 @@ class OffloadingManagerCore(OffloadingManager):
             for _, block in victims:
                 free(block)
             evicted = tuple(key for key, _ in victims)
+            self._readable.difference_update(evicted)
             if self.events is not None:
                 self.events.append(
                     OffloadingEvent(evicted, self.block_size, self.medium, True)
@@ -182,7 +197,9 @@ class OffloadingManagerCore(OffloadingManager):
                     block.ref_cnt = 0
                     stored.append(key)
             if stored:
-                self.policy.blocks_unpinned(stored)
+                self._readable.update(stored)
+                if self.policy.tracks_unpinning():
+                    self.policy.blocks_unpinned(stored)
             if stored and self.events is not None:
                 self.events.append(
                     OffloadingEvent(tuple(stored), self.block_size, self.medium, False)
@@ -208,6 +225,7 @@ class OffloadingManagerCore(OffloadingManager):
             ((block.block_id, key) for key, block in tracked if block.ref_cnt >= 0)
         )
         self.policy.clear()
+        self._readable.clear()
         self.backend.reset([block for _, block in tracked])
         if announced and self.events is not None:
             self.events.append(

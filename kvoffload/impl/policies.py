@@ -80,6 +80,11 @@ class CachePolicy(ABC):
         Default: nothing."""
         return None
 
+    def tracks_unpinning(self) -> bool:
+        """Whether :meth:`blocks_unpinned` must be called now (a policy
+        that has set no pinned block aside says no). Default: True."""
+        return True
+
 
 class LRUCachePolicy(CachePolicy):
     """Least recently used: one recency order over all tracked blocks."""
@@ -125,9 +130,10 @@ class LRUCachePolicy(CachePolicy):
         self._order.clear()
 
     def blocks_unpinned(self, keys: Sequence[OffloadKey]) -> None:
-        unpinned = self._order.unpinned
-        for key in keys:
-            unpinned(key)
+        self._order.unpinned_many(keys)
+
+    def tracks_unpinning(self) -> bool:
+        return self._order.has_parked()
 
     def recency_order(self) -> list[OffloadKey]:
         """Tracked keys, least recent first (for inspection and tests)."""
@@ -239,9 +245,11 @@ class ARCCachePolicy(CachePolicy):
         self.target_t1_size = 0.0
 
     def blocks_unpinned(self, keys: Sequence[OffloadKey]) -> None:
-        t1 = self.t1
-        for key in keys:
-            (t1 if key in t1 else self.t2).unpinned(key)
+        self.t1.unpinned_many(keys)
+        self.t2.unpinned_many(keys)
+
+    def tracks_unpinning(self) -> bool:
+        return self.t1.has_parked() or self.t2.has_parked()
 
 
 CACHE_POLICIES: dict[str, type[CachePolicy]] = {

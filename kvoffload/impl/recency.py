@@ -94,6 +94,17 @@ class RecencyQueue(Generic[K]):
                 self._returned = [(s, k) for k, (s, b) in self._parked.items() if b.ref_cnt == 0]
                 heapq.heapify(self._returned)
 
+    def has_parked(self) -> bool:
+        """Whether any member is parked (only then does unpinning matter)."""
+        return bool(self._parked)
+
+    def unpinned_many(self, keys: Iterable[K]) -> None:
+        """The blocks of ``keys`` became READY again (non-members ignored)."""
+        parked = self._parked
+        if parked:
+            for key in parked.keys() & set(keys):
+                self.unpinned(key)
+
     def clear(self) -> None:
         self._order.clear()
         self._parked.clear()
