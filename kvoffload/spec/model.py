@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Generic, SupportsIndex, TypeVar, Union
+from typing import Generic, Protocol, SupportsIndex, TypeVar, Union
 
 import attrs
 
@@ -230,6 +230,56 @@ def apply_events(
     for event in events:
         view = view - frozenset(event.keys) if event.removed else view | frozenset(event.keys)
     return view
+
+
+M = TypeVar("M", bound="CallableModel")
+
+
+class CallableModel(Protocol):
+    """A model with one pure method per manager call (``ManagerModel``,
+    ``ReuseFilterModel``): what :func:`dispatch` needs."""
+
+    def lookup(self: M, key: OffloadKey) -> tuple[M, bool]: ...
+    def lookup_prefix(self: M, keys: Sequence[OffloadKey]) -> tuple[M, int]: ...
+    def prepare_store(
+        self: M,
+        keys: Sequence[OffloadKey],
+        *,
+        victims: Sequence[OffloadKey] | None = ...,
+        slots: Sequence[int] | None = ...,
+    ) -> tuple[M, StoreResult | None]: ...
+    def complete_store(
+        self: M, keys: Sequence[OffloadKey], success: bool = ...
+    ) -> tuple[M, None]: ...
+    def prepare_load(self: M, keys: Sequence[OffloadKey]) -> tuple[M, tuple[int, ...]]: ...
+    def complete_load(self: M, keys: Sequence[OffloadKey]) -> tuple[M, None]: ...
+    def touch(self: M, keys: Sequence[OffloadKey]) -> tuple[M, None]: ...
+    def reset_cache(self: M) -> tuple[M, None]: ...
+    def take_events(self: M) -> tuple[M, tuple[OffloadingEvent, ...]]: ...
+    def request_hook(self: M, name: str) -> tuple[M, None]: ...
+
+
+def dispatch(model: M, op: Operation) -> tuple[M, Result]:
+    """Perform on ``model`` the call ``op`` describes."""
+    if isinstance(op, Lookup):
+        return model.lookup(op.key)
+    if isinstance(op, LookupPrefix):
+        return model.lookup_prefix(op.keys)
+    if isinstance(op, PrepareStore):
+        return model.prepare_store(op.keys, victims=op.victims, slots=op.slots)
+    if isinstance(op, CompleteStore):
+        return model.complete_store(op.keys, op.success)
+    if isinstance(op, PrepareLoad):
+        return model.prepare_load(op.keys)
+    if isinstance(op, CompleteLoad):
+        return model.complete_load(op.keys)
+    if isinstance(op, Touch):
+        return model.touch(op.keys)
+    if isinstance(op, ResetCache):
+        return model.reset_cache()
+    if isinstance(op, TakeEvents):
+        return model.take_events()
+    return model.request_hook(op.name)
 
 
 def _fresh_slots(model: ManagerModel) -> tuple[int, ...]:
@@ -498,25 +548,7 @@ class ManagerModel:
 
     def apply(self, op: Operation) -> tuple[ManagerModel, Result]:
         """Perform the call ``op`` describes."""
-        if isinstance(op, Lookup):
-            return self.lookup(op.key)
-        if isinstance(op, LookupPrefix):
-            return self.lookup_prefix(op.keys)
-        if isinstance(op, PrepareStore):
-            return self.prepare_store(op.keys, victims=op.victims, slots=op.slots)
-        if isinstance(op, CompleteStore):
-            return self.complete_store(op.keys, op.success)
-        if isinstance(op, PrepareLoad):
-            return self.prepare_load(op.keys)
-        if isinstance(op, CompleteLoad):
-            return self.complete_load(op.keys)
-        if isinstance(op, Touch):
-            return self.touch(op.keys)
-        if isinstance(op, ResetCache):
-            return self.reset_cache()
-        if isinstance(op, TakeEvents):
-            return self.take_events()
-        return self.request_hook(op.name)
+        return dispatch(self, op)
 
     # --- helpers ----------------------------------------------------------
 

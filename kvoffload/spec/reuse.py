@@ -34,19 +34,11 @@ from kvoffload.spec.contract import OffloadingEvent
 from kvoffload.spec.errors import ConfigurationError
 from kvoffload.spec.keys import OffloadKey, validate_offload_key
 from kvoffload.spec.model import (
-    CompleteLoad,
-    CompleteStore,
-    Lookup,
-    LookupPrefix,
     ManagerModel,
     Operation,
-    PrepareLoad,
-    PrepareStore,
-    ResetCache,
     Result,
     StoreResult,
-    TakeEvents,
-    Touch,
+    dispatch,
 )
 
 Counts = tuple[tuple[OffloadKey, int], ...]
@@ -162,25 +154,7 @@ class ReuseFilterModel:
 
     def apply(self, op: Operation) -> tuple[ReuseFilterModel, Result]:
         """Perform the call ``op`` describes."""
-        if isinstance(op, Lookup):
-            return self.lookup(op.key)
-        if isinstance(op, LookupPrefix):
-            return self.lookup_prefix(op.keys)
-        if isinstance(op, PrepareStore):
-            return self.prepare_store(op.keys, victims=op.victims, slots=op.slots)
-        if isinstance(op, CompleteStore):
-            return self.complete_store(op.keys, op.success)
-        if isinstance(op, PrepareLoad):
-            return self.prepare_load(op.keys)
-        if isinstance(op, CompleteLoad):
-            return self.complete_load(op.keys)
-        if isinstance(op, Touch):
-            return self.touch(op.keys)
-        if isinstance(op, ResetCache):
-            return self.reset_cache()
-        if isinstance(op, TakeEvents):
-            return self.take_events()
-        return self.request_hook(op.name)
+        return dispatch(self, op)
 
 
 __all__ = ["ReuseFilterModel"]
