@@ -16,7 +16,9 @@ import unittest
 from collections.abc import Callable
 
 from kvoffload.spec.contract import OffloadingManager
-from kvoffload.stateful.audit import AuditReport, audit
+from hypothesis import settings
+
+from kvoffload.stateful.audit import DEFAULT_EXAMPLES, AuditReport, audit
 from kvoffload.stateful.harness import (
     Discrepancy,
     Harness,
@@ -40,18 +42,23 @@ def conformance_test(
     """A test function auditing ``factory``: assign it to a ``test_*`` name.
 
     ``test_my_backend = conformance_test(make_backend, policy="any")``. The
-    active Hypothesis profile sets the budget unless ``max_examples`` is given.
-    The test fails with the audit's report and replay script.
+    budget is the audit's default unless ``max_examples`` is given, or the
+    active Hypothesis profile asks for more (``deep``). The test fails with
+    the audit's report and replay script.
     """
 
     def test() -> None:
+        profile = settings.default
+        budget = max_examples
+        if budget is None and profile is not None and profile.max_examples > DEFAULT_EXAMPLES:
+            budget = profile.max_examples
         report = audit(
             factory,
             policy=policy,
             reuse_filter=reuse_filter,
             typed_errors=typed_errors,
             supports_reset=supports_reset,
-            max_examples=max_examples,
+            max_examples=budget,
         )
         if not report.passed:
             raise AssertionError(report.render())

@@ -89,9 +89,9 @@ def audit(
     model, ``"any"`` accepts any legal victims. ``reuse_filter``: the manager
     is a reuse filter with these parameters. ``typed_errors``: the manager
     promises an ``OffloadingError`` for illegal calls (the kit then makes
-    them). ``max_examples``/``stateful_step_count`` default to the active
-    Hypothesis profile's when None (``DEFAULT_EXAMPLES``/``DEFAULT_STEPS``
-    under the default profile). ``seed`` fixes the run; None derandomizes it
+    them). ``max_examples``/``stateful_step_count`` default to
+    ``DEFAULT_EXAMPLES``/``DEFAULT_STEPS`` whatever the Hypothesis profile:
+    an audit's default budget is the same everywhere. ``seed`` fixes the run; None derandomizes it
     (same run every time). ``factory_import`` (``"module:callable"``) lets the
     replay script import the factory.
     """
@@ -104,17 +104,10 @@ def audit(
         max_blocks=max_blocks,
         num_keys=num_keys,
     )
-    profile = settings.default
-    if profile is None:  # pragma: no cover - hypothesis always has a default
-        profile = settings()
     if max_examples is None:
-        max_examples = (
-            DEFAULT_EXAMPLES if profile.max_examples == 100 else profile.max_examples
-        )
+        max_examples = DEFAULT_EXAMPLES
     if stateful_step_count is None:
-        stateful_step_count = (
-            DEFAULT_STEPS if profile.stateful_step_count == 50 else profile.stateful_step_count
-        )
+        stateful_step_count = DEFAULT_STEPS
     run_settings = settings(
         # The kit shrinks by replaying the recorded calls (kvoffload.stateful.
         # shrink): far cheaper than Hypothesis re-generating whole runs.

@@ -23,7 +23,7 @@ def register_profiles() -> None:
     """Register the ``ci``, ``dev`` and ``deep`` profiles with Hypothesis."""
     settings.register_profile(
         "ci",
-        max_examples=60,
+        max_examples=100,
         stateful_step_count=40,
         derandomize=True,
         print_blob=True,
