@@ -85,6 +85,10 @@ class OffloadingManagerCore(OffloadingManager):
         block = self._blocks.get(key)
         return None if block is None else block.block_id
 
+    def policy_state(self) -> dict[str, object]:
+        """The replacement policy's state (no side effects)."""
+        return self.policy.state()
+
     # --- loads -----------------------------------------------------------
 
     def prepare_load(

@@ -85,6 +85,11 @@ class CachePolicy(ABC):
         that has set no pinned block aside says no). Default: True."""
         return True
 
+    def state(self) -> dict[str, object]:
+        """The replacement state, for inspection (see
+        :class:`~kvoffload.spec.contract.InspectablePolicy`). Default: none."""
+        return {}
+
 
 class LRUCachePolicy(CachePolicy):
     """Least recently used: one recency order over all tracked blocks."""
@@ -138,6 +143,9 @@ class LRUCachePolicy(CachePolicy):
     def recency_order(self) -> list[OffloadKey]:
         """Tracked keys, least recent first (for inspection and tests)."""
         return list(self._order)
+
+    def state(self) -> dict[str, object]:
+        return {"order": tuple(self._order)}
 
 
 class ARCCachePolicy(CachePolicy):
@@ -250,6 +258,15 @@ class ARCCachePolicy(CachePolicy):
 
     def tracks_unpinning(self) -> bool:
         return self.t1.has_parked() or self.t2.has_parked()
+
+    def state(self) -> dict[str, object]:
+        return {
+            "t1": tuple(self.t1),
+            "t2": tuple(self.t2),
+            "b1": tuple(self.b1),
+            "b2": tuple(self.b2),
+            "target": self.target_t1_size,
+        }
 
 
 CACHE_POLICIES: dict[str, type[CachePolicy]] = {

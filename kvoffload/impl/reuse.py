@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping
 
 from kvoffload.spec.contract import (
     InspectableManager,
+    InspectablePolicy,
     LoadStoreSpec,
     OffloadingEvent,
     OffloadingManager,
@@ -64,6 +65,12 @@ class FilterReusedOffloadingManager(OffloadingManager):
     def slot_of(self, key: OffloadKey) -> int | None:
         """The backing manager's slot of ``key`` (needs an inspectable backing)."""
         return self._inspectable_backing().slot_of(key)
+
+    def policy_state(self) -> Mapping[str, object]:
+        """The backing manager's policy state (needs an inspectable backing)."""
+        if not isinstance(self.backing, InspectablePolicy):
+            raise TypeError(f"{type(self.backing).__name__} does not offer policy_state()")
+        return self.backing.policy_state()
 
     def _inspectable_backing(self) -> InspectableManager:
         if not isinstance(self.backing, InspectableManager):

@@ -2,6 +2,7 @@
 
 from kvoffload.spec.contract import (
     InspectableManager,
+    InspectablePolicy,
     LoadStoreSpec,
     OffloadingEvent,
     OffloadingManager,
@@ -39,6 +40,7 @@ __all__ = [
     "PhaseKind",
     "PrepareStoreOutput",
     "InspectableManager",
+    "InspectablePolicy",
     "ReqContext",
     "RequestOffloadingContext",
     "TransferError",

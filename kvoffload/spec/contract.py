@@ -177,3 +177,19 @@ class InspectableManager(Protocol):
     def slot_of(self, key: OffloadKey) -> int | None:
         """The slot of ``key``'s block, None when untracked."""
         ...
+
+
+@runtime_checkable
+class InspectablePolicy(Protocol):
+    """Optional: a manager exposes its replacement policy's state, so the kit
+    compares it with the policy model after every step (``lru``/``arc``).
+
+    ``policy_state()`` is a pure query returning, for LRU,
+    ``{"order": keys least recent first}``; for ARC, ``{"t1": ..., "t2": ...,
+    "b1": ..., "b2": ...}`` (each least recent first) and ``"target"`` (the
+    adaptive T1 target, a float).
+    """
+
+    def policy_state(self) -> Mapping[str, object]:
+        """The policy's state (see the class docstring)."""
+        ...

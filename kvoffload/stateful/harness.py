@@ -19,6 +19,7 @@ import attrs
 
 from kvoffload.spec.contract import (
     InspectableManager,
+    InspectablePolicy,
     OffloadingEvent,
     OffloadingManager,
     PrepareStoreOutput,
@@ -44,6 +45,7 @@ from kvoffload.spec.model import (
     TakeEvents,
     Touch,
 )
+from kvoffload.spec.policies import ARCModel, LRUModel
 from kvoffload.spec.reuse import ReuseFilterModel
 
 Model = Union[ManagerModel, ReuseFilterModel]
@@ -130,6 +132,22 @@ class KitConfig:
         )
 
 
+def policy_state_of(core: ManagerModel) -> dict[str, object]:
+    """The policy model's state in :class:`InspectablePolicy`'s terms."""
+    policy = core.policy
+    if isinstance(policy, LRUModel):
+        return {"order": policy.order}
+    if isinstance(policy, ARCModel):
+        return {
+            "t1": policy.t1,
+            "t2": policy.t2,
+            "b1": policy.b1,
+            "b2": policy.b2,
+            "target": policy.target,
+        }
+    return {}
+
+
 def core_of(model: Model) -> ManagerModel:
     """The manager model itself, behind a reuse filter or not."""
     return model.backing if isinstance(model, ReuseFilterModel) else model
@@ -155,6 +173,9 @@ class Harness:
         self.ctx = ReqContext(req_id="kit")
         self.trace: list[tuple[Operation, str]] = []
         self.inspectable = isinstance(self.manager, InspectableManager)
+        self.policy_inspectable = config.policy in ("lru", "arc") and isinstance(
+            self.manager, InspectablePolicy
+        )
         self._last_event: dict[OffloadKey, bool] = {}
 
     # --- public -----------------------------------------------------------
@@ -193,6 +214,8 @@ class Harness:
         _check_model_invariants(core)
         if not self.inspectable:
             return
+        if self.policy_inspectable:
+            self._check_policy_state(core)
         manager = cast(InspectableManager, self.manager)
         for key in self.keys:
             expected, actual = core.phase(key), manager.phase(key)
@@ -206,6 +229,21 @@ class Harness:
                     f"slot is {manager.slot_of(key)}, was allocated {core.slot(key)}",
                     key,
                 )
+
+    def _check_policy_state(self, core: ManagerModel) -> None:
+        actual = dict(cast(InspectablePolicy, self.manager).policy_state())
+        expected = policy_state_of(core)
+        if actual != expected:
+            field = next(
+                (name for name in expected if actual.get(name) != expected[name]), "state"
+            )
+            raise Discrepancy(
+                "policy state",
+                _named(
+                    f"{field} is {actual.get(field)!r}, the {self.config.policy} model "
+                    f"says {expected[field]!r}"
+                ),
+            )
 
     # --- illegal calls ------------------------------------------------------
 
