@@ -26,7 +26,7 @@ from kvoffload.stateful.harness import (
 from kvoffload.stateful.machine import TraceSink, make_manager_machine
 from kvoffload.stateful.shrink import failure_kind, replay, shrink
 
-DEFAULT_EXAMPLES = 200
+DEFAULT_EXAMPLES = 500
 DEFAULT_STEPS = 40
 
 

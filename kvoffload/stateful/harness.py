@@ -177,6 +177,7 @@ class Harness:
             self.manager, InspectablePolicy
         )
         self._last_event: dict[OffloadKey, bool] = {}
+        self.evicted: list[OffloadKey] = []  # victims so far, oldest first
 
     # --- public -----------------------------------------------------------
 
@@ -338,6 +339,7 @@ class Harness:
             ) from violation
         if not isinstance(expected, StoreResult):
             raise Discrepancy("5 liveness", "the specification refuses this store")
+        self.evicted.extend(expected.evicted)
         if tuple(actual.keys_to_store) != expected.keys_to_store:
             raise Discrepancy(
                 "3 protection",

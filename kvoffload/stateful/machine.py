@@ -125,6 +125,14 @@ class ManagerMachine(RuleBasedStateMachine):
         count = data.draw(st.integers(2, len(order)), label="how many")
         self.step(Touch(tuple(order[:count])))
 
+    @precondition(lambda self: bool(self.harness.evicted))
+    @rule(data=st.data())
+    def touch_evicted(self, data: st.DataObject) -> None:
+        """Touch keys evicted earlier: ghost hits for ARC-like policies."""
+        recent = list(dict.fromkeys(reversed(self.harness.evicted)))[:4]
+        keys = data.draw(st.lists(st.sampled_from(recent), min_size=1, max_size=3))
+        self.step(Touch(tuple(keys)))
+
     # --- stores -------------------------------------------------------------
 
     @rule(target=stores, data=st.data())
@@ -148,6 +156,26 @@ class ManagerMachine(RuleBasedStateMachine):
         stored = tuple(k for k in new if after.phase(k).kind is PhaseKind.PENDING)
         if stored:
             self.step(CompleteStore(stored, True))
+
+    @precondition(
+        lambda self: bool(self._phase_keys(PhaseKind.READY))
+        and bool(self._phase_keys(PhaseKind.ABSENT))
+    )
+    @rule(target=stores, data=st.data())
+    def store_chain(self, data: st.DataObject) -> Any:
+        """Offer stored keys followed by new ones, as a scheduler offers a
+        request's chain: the stored ones must stay protected."""
+        ready = data.draw(
+            st.lists(st.sampled_from(self._phase_keys(PhaseKind.READY)), min_size=1,
+                     max_size=3, unique=True), label="stored")
+        new = data.draw(
+            st.lists(st.sampled_from(self._phase_keys(PhaseKind.ABSENT)), min_size=1,
+                     max_size=3, unique=True), label="new")
+        keys = (*ready, *new)
+        self.step(PrepareStore(keys))
+        after = core_of(self.harness.model)
+        stored = tuple(k for k in new if after.phase(k).kind is PhaseKind.PENDING)
+        return multiple(stored) if stored else multiple()
 
     @rule(target=stores, batch=consumes(stores), data=st.data())
     def complete_store(self, batch: tuple[OffloadKey, ...], data: st.DataObject) -> Any:

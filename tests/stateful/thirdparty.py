@@ -689,6 +689,6 @@ THIRD_PARTY: tuple[ThirdParty, ...] = (
     ThirdParty(
         "LegacySilentFailureManager", "legacy", legacy_silent_failure, "lru",
         "failed store leaves the block READY",
-        frozenset({"lookup", "2/3/5 eviction", "6 events", "7 store spec"}),
+        frozenset({"lookup", "2/3/5 eviction", "5 liveness", "6 events", "7 store spec"}),
     ),
 )
