@@ -200,8 +200,9 @@ class ManagerMachine(RuleBasedStateMachine):
         self.step(PrepareLoad(keys))
         return keys
 
-    @rule(load=consumes(loads))
-    def complete_load(self, load: tuple[OffloadKey, ...]) -> None:
+    @rule(target=loads, load=consumes(loads), data=st.data())
+    def complete_load(self, load: tuple[OffloadKey, ...], data: st.DataObject) -> Any:
+        """Complete all or part of a load batch; the rest stays in flight."""
         core = core_of(self.harness.model)
         available = Counter(
             {k: core.phase(k).loads for k in set(load) if core.phase(k).kind is PhaseKind.LOADING}
@@ -211,7 +212,10 @@ class ManagerMachine(RuleBasedStateMachine):
             if available[key] > 0:
                 available[key] -= 1
                 keys.append(key)
-        self.step(CompleteLoad(tuple(keys)))
+        count = data.draw(st.integers(0, len(keys)), label="how many")
+        done, rest = tuple(keys[len(keys) - count :]), tuple(keys[: len(keys) - count])
+        self.step(CompleteLoad(done))
+        return multiple(rest) if rest else multiple()
 
     # --- the rest -----------------------------------------------------------
 
