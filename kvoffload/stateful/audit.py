@@ -10,6 +10,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from typing import cast
+
 import attrs
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis import seed as hypothesis_seed
@@ -134,7 +136,9 @@ def audit(
     failure: BaseException | None = None
     with with_reporter(lambda message: None):
         try:
-            run_state_machine_as_test(machine, settings=run_settings)  # type: ignore[no-untyped-call]
+            # cast: older Hypothesis releases leave this function untyped
+            run_machine = cast(Callable[..., None], run_state_machine_as_test)
+            run_machine(machine, settings=run_settings)
         except Exception as error:  # noqa: BLE001 - every failure is a finding
             failure = error
     elapsed = time.perf_counter() - started
