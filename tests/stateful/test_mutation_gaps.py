@@ -146,7 +146,9 @@ def test_filter_forwards_the_request_context() -> None:
     manager.touch([KEYS[0]], CTX)
     manager.prepare_load([KEYS[0]], CTX)
     manager.complete_load([KEYS[0]], CTX)
-    assert manager.prepare_store([KEYS[0]], CTX) is not None  # stored key: asks backing
+    assert manager.prepare_store([KEYS[0]], CTX) is not None
+    # a key below the threshold: the filter asks the backing whether it is stored
+    assert manager.prepare_store([KEYS[5]], CTX) is not None
     manager.on_request_finished(CTX)
 
 
