@@ -252,7 +252,7 @@ class Harness:
         if not self.config.typed_errors:
             return  # the manager promises nothing for illegal calls: skip it
         call = _render_call(op)
-        self.trace.append((op, f"{call}  # must raise {type(expected).__name__}"))
+        self.trace.append((op, f"must_raise(lambda: {call})  # {type(expected).__name__}"))
         try:
             _invoke(self, op)
         except OffloadingError as error:
@@ -551,7 +551,16 @@ def render_script(
     else:
         lines.append("from your_module import factory  # the audited factory")
     lines += [
-        "from kvoffload import ReqContext, make_offload_key",
+        "from kvoffload import OffloadingError, ReqContext, make_offload_key",
+        "",
+        "",
+        "def must_raise(call):",
+        "    try:",
+        "        call()",
+        "    except OffloadingError:",
+        "        return",
+        '    raise AssertionError("accepted a call the specification forbids")',
+        "",
         "",
         f"K = [make_offload_key(b'blk%02d' % i, i % 2) for i in range({num_keys})]",
         'ctx = ReqContext(req_id="kit")',

@@ -359,31 +359,33 @@ class RecordingManager(OffloadingManager):
         self.inner.reset_cache()
 
 
+CALL_PREFIXES = ("m.", "list(m.", "must_raise(lambda: m.")
+
+
 def run_script(script: str, factory: ManagerFactory) -> RecordingManager:
-    """Run a replay script line by line against ``factory`` (injected in place
-    of the script's import of it), recording the calls it makes. A call the
-    script marks ``# must raise`` may raise; the last call may fail however
-    the defect makes it fail."""
+    """Run a replay script against ``factory`` (injected in place of the
+    script's import of it), recording the calls it makes. Only the last call
+    may fail, however the defect makes it fail."""
     recorders: list[RecordingManager] = []
 
     def recording_factory(num_blocks: int) -> OffloadingManager:
         recorders.append(RecordingManager(factory(num_blocks)))
         return recorders[-1]
 
-    namespace: dict[str, object] = {}
-    lines = [line for line in script.splitlines() if line and not line.startswith("#")]
-    calls = [line for line in lines if line.startswith(("m.", "list(m."))]
-    for line in lines:
-        if line.startswith("from ") and line.split("#")[0].rstrip().endswith("factory"):
-            namespace["factory"] = recording_factory
-            continue
-        try:
-            exec(line, namespace)
-        except Exception:  # noqa: BLE001 - see below
-            if not ("# must raise" in line or line == calls[-1]):
-                raise
+    lines = script.splitlines()
+    calls = [line for line in lines if line.startswith(CALL_PREFIXES)]
+    body = "\n".join(
+        line
+        for line in lines
+        if not (line.startswith("from ") and line.split("#")[0].rstrip().endswith("factory"))
+    )
+    namespace: dict[str, object] = {"factory": recording_factory}
+    try:
+        exec(body, namespace)
+    except Exception:  # noqa: BLE001 - the last call may fail; checked below
+        pass
     assert len(recorders) == 1, "the script builds one manager"
-    assert len(recorders[0].ops) == len(calls)
+    assert len(recorders[0].ops) == len(calls), "every call ran, up to the last"
     return recorders[0]
 
 
@@ -462,14 +464,13 @@ def test_defective_third_party_is_found(manager: ThirdParty) -> None:
 
 def test_printed_script_runs_standalone() -> None:
     """A script naming its factory by import path runs from the repository
-    root as printed (this one has no call that must raise)."""
+    root as printed."""
     manager = next(m for m in DEFECTIVE if m.name == "LegacyRefusingARCManager")
     report = audit_third_party(manager)
     assert report.script is not None
     assert report.script.splitlines()[1] == (
         "from tests.stateful.thirdparty import legacy_refusing_arc as factory"
     )
-    assert "# must raise" not in report.script
     completed = subprocess.run(
         [sys.executable, "-"], input=report.script, text=True, cwd=REPO_ROOT,
         capture_output=True, timeout=60, check=False,
@@ -482,8 +483,10 @@ def test_untyped_error_is_what_the_script_shows() -> None:
     manager = next(m for m in DEFECTIVE if m.name == "UntypedErrorsManager")
     report = audit_third_party(manager)
     assert report.script is not None
-    last_call = [line for line in report.script.splitlines() if line.startswith("m.")][-1]
-    assert "# must raise IllegalTransitionError" in last_call
+    last_call = [
+        line for line in report.script.splitlines() if line.startswith(CALL_PREFIXES)
+    ][-1]
+    assert last_call.startswith("must_raise(") and "# IllegalTransitionError" in last_call
     namespace: dict[str, object] = {"factory": manager.factory}
     setup = [line for line in report.script.splitlines() if "import" not in line or "kvoffload" in line]
     with pytest.raises((KeyError, AssertionError)) as raised:
