@@ -136,7 +136,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     reports: list[AuditReport] = []
     for target, import_path in targets:
-        print(f"auditing {target.name} [{target.policy}] ...", end=" ", flush=True)
+        label = target.policy + ("+filter" if target.reuse_filter is not None else "")
+        print(f"auditing {target.name} [{label}] ...", end=" ", flush=True)
         report = audit(
             target.factory,
             policy=target.policy,
