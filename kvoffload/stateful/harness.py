@@ -45,6 +45,7 @@ from kvoffload.spec.model import (
     TakeEvents,
     Touch,
 )
+from kvoffload.spec.invariants import check_state
 from kvoffload.spec.policies import ARCModel, LRUModel
 from kvoffload.spec.reuse import ReuseFilterModel
 
@@ -209,10 +210,13 @@ class Harness:
         return expected
 
     def check_state(self) -> None:
-        """Compare phases and slots of every key (inspectable managers) and
-        check the model's own invariants."""
+        """Check the specification's state invariants (1, 6 and
+        well-formedness) on the model, which follows the manager's observed
+        choices; then compare policy state, phases and slots (inspectable
+        managers)."""
         core = core_of(self.model)
-        _check_model_invariants(core)
+        for violation in check_state(self.model):
+            raise Discrepancy(violation.invariant, violation.reason, violation.key)
         if not self.inspectable:
             return
         if self.policy_inspectable:
@@ -439,12 +443,6 @@ class Harness:
                 f"a consumer of the events holds {sorted(held)!r}, the readable "
                 f"keys are {sorted(readable)!r}",
             )
-
-
-def _check_model_invariants(core: ManagerModel) -> None:
-    slots = [core.slot(k) for k in core.blocks]
-    if len(core.blocks) > core.num_blocks or len(set(slots)) != len(slots):
-        raise Discrepancy("1 capacity", f"model tracks {len(core.blocks)} blocks")
 
 
 def _invoke(harness: Harness, op: Operation) -> object:
