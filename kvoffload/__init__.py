@@ -99,6 +99,7 @@ __all__ = [
     "TransferResult",
     "get_offload_block_hash",
     "get_offload_group_idx",
+    "make_cache_policy",
     "make_offload_key",
     "validate_offload_key",
 ]

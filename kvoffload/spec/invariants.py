@@ -41,7 +41,7 @@ from typing import Union
 import attrs
 
 from kvoffload.spec.keys import OffloadKey
-from kvoffload.spec.lifecycle import ABSENT, Call, Phase, PhaseKind, apply as apply_call
+from kvoffload.spec.lifecycle import Call, Phase, PhaseKind, apply as apply_call
 from kvoffload.spec.model import (
     CompleteLoad,
     CompleteStore,

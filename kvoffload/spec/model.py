@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Generic, Protocol, SupportsIndex, TypeVar, Union
+from typing import Protocol, SupportsIndex, TypeVar, Union
 
 import attrs
 

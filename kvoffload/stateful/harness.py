@@ -27,7 +27,6 @@ from kvoffload.spec.contract import (
 )
 from kvoffload.spec.errors import InvalidKeyError, OffloadingError
 from kvoffload.spec.keys import OffloadKey, make_offload_key, validate_offload_key
-from kvoffload.spec.lifecycle import Phase
 from kvoffload.spec.model import (
     CompleteLoad,
     CompleteStore,

@@ -16,7 +16,6 @@ from kvoffload.spec.lifecycle import (
     Call,
     EventKind,
     Phase,
-    PhaseKind,
     apply,
     is_legal,
     loading,
