@@ -169,6 +169,27 @@ class ManagerMachine(RuleBasedStateMachine):
         if not self.open_requests:
             self._start_request()
 
+    @precondition(
+        lambda self: bool(self._phase_keys(PhaseKind.READY))
+        and any(not self._in_flight(r) for r in self.open_requests)
+    )
+    @rule(data=st.data())
+    def reuse_and_finish(self, data: st.DataObject) -> None:
+        """A request reads stored blocks back and finishes: the use a
+        request-scoped policy commits at the finish."""
+        done = [r for r in self.open_requests if not self._in_flight(r)]
+        request = data.draw(st.sampled_from(done), label="request")
+        ready = self._phase_keys(PhaseKind.READY)
+        keys = tuple(data.draw(st.permutations(ready), label="keys")[:3])
+        self.step(PrepareLoad(keys, request=request))
+        self.step(CompleteLoad(keys, request=request))
+        self.step(FinishRequest(request))
+        self.open_requests.remove(request)
+        self.stores = [t for t in self.stores if t.request != request]
+        self.loads = [t for t in self.loads if t.request != request]
+        if not self.open_requests:
+            self._start_request()
+
     @rule()
     def schedule_end(self) -> None:
         self.step(ScheduleEnd())

@@ -59,7 +59,7 @@ from kvoffload.stateful.shrink import failure_kind, replay
 
 BLOCK_SIZE = 16
 TIME_LIMIT_S = 60.0
-MAX_CALLS = 10  # a request-scoped run may keep a second request's calls
+MAX_CALLS = 12  # the filter defects need a dozen calls to push counts out of the table
 PASSING_BUDGET = 60
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
