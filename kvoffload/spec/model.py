@@ -8,7 +8,8 @@ plain values an implementation's outputs are compared with:
 =====================  =====================================================
 call                   result
 =====================  =====================================================
-``lookup``             ``bool``
+``lookup``             ``bool`` (a ``LookupResult`` under
+                       ``lookup_answer=RESULT``)
 ``lookup_prefix``      ``int``
 ``prepare_store``      :class:`StoreResult` or ``None`` (no room; model unchanged)
 ``complete_store``     ``None``
@@ -18,7 +19,9 @@ call                   result
 ``reset_cache``        ``None``
 ``take_events``        ``tuple[OffloadingEvent, ...]``, oldest first
 request hooks          ``None`` (``on_new_request``, ``on_request_finished``,
-                       ``on_schedule_end``, ``shutdown`` change nothing)
+                       ``on_schedule_end``: no change but, under
+                       request-scoped recency, a request's record and its
+                       commit at finish)
 =====================  =====================================================
 
 Errors. A call the lifecycle table forbids raises the same
@@ -45,23 +48,35 @@ every event already taken (invariant 6).
 
 from __future__ import annotations
 
+import abc
+import enum
 import operator
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Protocol, SupportsIndex, TypeVar, Union
+from typing import Any, ClassVar, Protocol, SupportsIndex, TypeVar, Union
 
 import attrs
 
-from kvoffload.spec.contract import OffloadingEvent
+from kvoffload.spec.contract import LookupResult, OffloadingEvent
 from kvoffload.spec.errors import ConfigurationError
-from kvoffload.spec.keys import OffloadKey, validate_offload_key
+from kvoffload.spec.keys import OffloadKey, get_offload_group_idx, validate_offload_key
 from kvoffload.spec.lifecycle import (
     ABSENT,
     PENDING,
     Call,
     Phase,
+)
+from kvoffload.spec.lifecycle import (
     apply as apply_call,
 )
 from kvoffload.spec.policies import PolicyModel, make_policy
+from kvoffload.spec.profile import (
+    DEFAULT,
+    LookupAnswer,
+    Profile,
+    RecencyCommit,
+    ResetAnnounce,
+)
+from kvoffload.spec.violations import Invariant, SpecViolation
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -109,20 +124,6 @@ class FrozenMap(Mapping[K, V]):
         return FrozenMap((k, v) for k, v in self._items.items() if k not in gone)
 
 
-class SpecViolation(Exception):
-    """An implementation's choice that the specification forbids.
-
-    Raised by :meth:`ManagerModel.prepare_store` when the ``victims`` or
-    ``slots`` handed in (the implementation's) are not allowed. ``invariant``
-    names the rule broken (e.g. ``"5 liveness"``), ``reason`` says how.
-    """
-
-    def __init__(self, invariant: str, reason: str) -> None:
-        super().__init__(f"invariant {invariant}: {reason}")
-        self.invariant = invariant
-        self.reason = reason
-
-
 @attrs.frozen
 class Block:
     """A tracked key's phase and slot."""
@@ -141,80 +142,375 @@ class StoreResult:
     evicted: tuple[OffloadKey, ...]
 
 
-# --- operations: one value per call, for ManagerModel.apply -----------------
+M = TypeVar("M", bound="CallableModel")
+
+
+class CallableModel(Protocol):
+    """A model with one pure method per manager call (``ManagerModel``,
+    ``ReuseFilterModel``): what an :class:`Operation` applies itself to.
+    ``request`` names the request whose context a call carries."""
+
+    def lookup(self: M, key: OffloadKey) -> tuple[M, bool | LookupResult]: ...
+    def lookup_prefix(self: M, keys: Sequence[OffloadKey]) -> tuple[M, int]: ...
+    def prepare_store(
+        self: M,
+        keys: Sequence[OffloadKey],
+        *,
+        victims: Sequence[OffloadKey] | None = ...,
+        slots: Sequence[int] | None = ...,
+        request: int = ...,
+    ) -> tuple[M, StoreResult | None]: ...
+    def complete_store(
+        self: M, keys: Sequence[OffloadKey], success: bool = ...
+    ) -> tuple[M, None]: ...
+    def prepare_load(
+        self: M, keys: Sequence[OffloadKey], *, request: int = ...
+    ) -> tuple[M, tuple[int, ...]]: ...
+    def complete_load(self: M, keys: Sequence[OffloadKey]) -> tuple[M, None]: ...
+    def touch(self: M, keys: Sequence[OffloadKey]) -> tuple[M, None]: ...
+    def reset_cache(self: M) -> tuple[M, None]: ...
+    def take_events(self: M) -> tuple[M, tuple[OffloadingEvent, ...]]: ...
+    def start_request(self: M, request: int) -> tuple[M, None]: ...
+    def finish_request(self: M, request: int) -> tuple[M, None]: ...
+    def schedule_end(self: M) -> tuple[M, None]: ...
+
+
+# --- operations: one value per call -----------------------------------------
+#
+# Each call of the contract is one Operation class, and that class is the only
+# place that knows the call: how it applies to a model (``apply_to``), how it
+# is made on a manager (``call``), how a replay script writes it (``render``),
+# which lifecycle-table calls it makes on a key (``table_calls``) and what kind
+# of answer it returns (``answer``). Adding a call means adding one class.
+
+
+class Answer(enum.Enum):
+    """What kind of value a call returns, i.e. how a kit compares it."""
+
+    NOTHING = "nothing"
+    LOOKUP = "lookup"
+    PREFIX = "prefix"
+    STORE = "store"
+    LOAD_SPEC = "load spec"
+    EVENTS = "events"
+
+
+class Spelling(Protocol):
+    """How a replay script writes keys and request contexts."""
+
+    def key(self, key: object) -> str: ...
+    def ctx(self, request: int) -> str: ...
+
+
+def _keys_text(spelling: Spelling, keys: Iterable[object]) -> str:
+    return "[" + ", ".join(spelling.key(k) for k in keys) + "]"
+
+
+class Operation(abc.ABC):
+    """One manager call with its arguments (see the comment above)."""
+
+    __slots__ = ()
+
+    #: The manager method this operation calls.
+    method: ClassVar[str]
+    #: The kind of value the call returns.
+    answer: ClassVar[Answer] = Answer.NOTHING
+
+    @property
+    def keys_mentioned(self) -> tuple[OffloadKey, ...]:
+        """The keys named in the call (for checks that look at each)."""
+        return ()
+
+    @property
+    def context_of(self) -> int | None:
+        """The request whose context the call carries (None: no context)."""
+        return None
+
+    @abc.abstractmethod
+    def apply_to(self, model: M) -> tuple[M, Result]:
+        """Perform this call on ``model``: the new model and the result."""
+
+    @abc.abstractmethod
+    def call(self, manager: Any, ctx: Any) -> object:
+        """Make this call on ``manager`` with request context ``ctx``."""
+
+    @abc.abstractmethod
+    def render(self, spelling: Spelling) -> str:
+        """This call as a line of a replay script (manager ``m``)."""
+
+    def table_calls(self, before: Any, result: Result, key: OffloadKey) -> list[Call]:
+        """The lifecycle-table calls this call makes on ``key``, in order,
+        given the state ``before`` it and its ``result``."""
+        return []
 
 
 @attrs.frozen
-class Lookup:
+class KeyListOperation(Operation):
+    """A call that takes a list of keys (the kit shrinks such lists) and a
+    request's context (``request``, keyword only)."""
+
+    keys: tuple[OffloadKey, ...]
+    request: int = attrs.field(default=0, kw_only=True)
+
+    @property
+    def keys_mentioned(self) -> tuple[OffloadKey, ...]:
+        return self.keys
+
+    @property
+    def context_of(self) -> int | None:
+        return self.request
+
+
+@attrs.frozen
+class Lookup(Operation):
     key: OffloadKey
+    request: int = attrs.field(default=0, kw_only=True)
+
+    method = "lookup"
+    answer = Answer.LOOKUP
+
+    @property
+    def keys_mentioned(self) -> tuple[OffloadKey, ...]:
+        return (self.key,)
+
+    @property
+    def context_of(self) -> int | None:
+        return self.request
+
+    def apply_to(self, model: M) -> tuple[M, Result]:
+        return model.lookup(self.key)
+
+    def call(self, manager: Any, ctx: Any) -> object:
+        return manager.lookup(self.key, ctx)
+
+    def render(self, spelling: Spelling) -> str:
+        return f"m.lookup({spelling.key(self.key)}, {spelling.ctx(self.request)})"
 
 
 @attrs.frozen
-class LookupPrefix:
-    keys: tuple[OffloadKey, ...]
+class LookupPrefix(KeyListOperation):
+    method = "lookup_prefix"
+    answer = Answer.PREFIX
+
+    def apply_to(self, model: M) -> tuple[M, Result]:
+        return model.lookup_prefix(self.keys)
+
+    def call(self, manager: Any, ctx: Any) -> object:
+        return manager.lookup_prefix(self.keys, ctx)
+
+    def render(self, spelling: Spelling) -> str:
+        return f"m.lookup_prefix({_keys_text(spelling, self.keys)}, {spelling.ctx(self.request)})"
 
 
 @attrs.frozen
-class PrepareStore:
-    keys: tuple[OffloadKey, ...]
+class PrepareStore(KeyListOperation):
+    """``prepare_store``; ``victims``/``slots``: the implementation's choices
+    for the model to check (None: the model chooses)."""
+
     victims: tuple[OffloadKey, ...] | None = None
     slots: tuple[int, ...] | None = None
 
+    method = "prepare_store"
+    answer = Answer.STORE
+
+    def apply_to(self, model: M) -> tuple[M, Result]:
+        return model.prepare_store(
+            self.keys, victims=self.victims, slots=self.slots, request=self.request
+        )
+
+    def call(self, manager: Any, ctx: Any) -> object:
+        return manager.prepare_store(list(self.keys), ctx)
+
+    def render(self, spelling: Spelling) -> str:
+        return f"m.prepare_store({_keys_text(spelling, self.keys)}, {spelling.ctx(self.request)})"
+
+    def table_calls(self, before: Any, result: Result, key: OffloadKey) -> list[Call]:
+        if not isinstance(result, StoreResult):
+            return []
+        if key in result.keys_to_store:
+            return [Call.PREPARE_STORE]
+        if key in result.evicted:
+            return [Call.EVICT]
+        if key in before.passed_keys(self.keys) and key in before.core.blocks:
+            return [Call.PREPARE_STORE]
+        return []
+
 
 @attrs.frozen
-class CompleteStore:
-    keys: tuple[OffloadKey, ...]
+class CompleteStore(KeyListOperation):
     success: bool = True
 
+    method = "complete_store"
 
-@attrs.frozen
-class PrepareLoad:
-    keys: tuple[OffloadKey, ...]
+    def apply_to(self, model: M) -> tuple[M, Result]:
+        return model.complete_store(self.keys, self.success)
 
+    def call(self, manager: Any, ctx: Any) -> object:
+        return manager.complete_store(list(self.keys), ctx, self.success)
 
-@attrs.frozen
-class CompleteLoad:
-    keys: tuple[OffloadKey, ...]
+    def render(self, spelling: Spelling) -> str:
+        return (
+            f"m.complete_store({_keys_text(spelling, self.keys)}, {spelling.ctx(self.request)}, "
+            f"success={self.success})"
+        )
 
-
-@attrs.frozen
-class Touch:
-    keys: tuple[OffloadKey, ...]
-
-
-@attrs.frozen
-class ResetCache:
-    pass
-
-
-@attrs.frozen
-class TakeEvents:
-    pass
+    def table_calls(self, before: Any, result: Result, key: OffloadKey) -> list[Call]:
+        if key not in self.keys:
+            return []
+        core = before.core
+        if core.profile.complete_store_ignores_absent and key not in core.blocks:
+            return []  # the profile makes it a no-op, not a table call
+        return [Call.COMPLETE_STORE_OK if self.success else Call.COMPLETE_STORE_FAILED]
 
 
 @attrs.frozen
-class RequestHook:
-    """``on_new_request``, ``on_request_finished``, ``on_schedule_end`` or
-    ``shutdown``: none changes anything."""
+class PrepareLoad(KeyListOperation):
+    method = "prepare_load"
+    answer = Answer.LOAD_SPEC
 
-    name: str
+    def apply_to(self, model: M) -> tuple[M, Result]:
+        return model.prepare_load(self.keys, request=self.request)
+
+    def call(self, manager: Any, ctx: Any) -> object:
+        return manager.prepare_load(list(self.keys), ctx)
+
+    def render(self, spelling: Spelling) -> str:
+        return f"m.prepare_load({_keys_text(spelling, self.keys)}, {spelling.ctx(self.request)})"
+
+    def table_calls(self, before: Any, result: Result, key: OffloadKey) -> list[Call]:
+        return [Call.PREPARE_LOAD] * self.keys.count(key)
 
 
-Operation = Union[
-    Lookup,
-    LookupPrefix,
-    PrepareStore,
-    CompleteStore,
-    PrepareLoad,
-    CompleteLoad,
-    Touch,
-    ResetCache,
-    TakeEvents,
-    RequestHook,
+@attrs.frozen
+class CompleteLoad(KeyListOperation):
+    method = "complete_load"
+
+    def apply_to(self, model: M) -> tuple[M, Result]:
+        return model.complete_load(self.keys)
+
+    def call(self, manager: Any, ctx: Any) -> object:
+        return manager.complete_load(list(self.keys), ctx)
+
+    def render(self, spelling: Spelling) -> str:
+        return f"m.complete_load({_keys_text(spelling, self.keys)}, {spelling.ctx(self.request)})"
+
+    def table_calls(self, before: Any, result: Result, key: OffloadKey) -> list[Call]:
+        return [Call.COMPLETE_LOAD] * self.keys.count(key)
+
+
+@attrs.frozen
+class Touch(KeyListOperation):
+    method = "touch"
+
+    def apply_to(self, model: M) -> tuple[M, Result]:
+        return model.touch(self.keys)
+
+    def call(self, manager: Any, ctx: Any) -> object:
+        return manager.touch(list(self.keys), ctx)
+
+    def render(self, spelling: Spelling) -> str:
+        return f"m.touch({_keys_text(spelling, self.keys)}, {spelling.ctx(self.request)})"
+
+    def table_calls(self, before: Any, result: Result, key: OffloadKey) -> list[Call]:
+        return [Call.TOUCH] if key in self.keys else []
+
+
+@attrs.frozen
+class ResetCache(Operation):
+    method = "reset_cache"
+
+    def apply_to(self, model: M) -> tuple[M, Result]:
+        return model.reset_cache()
+
+    def call(self, manager: Any, ctx: Any) -> object:
+        return manager.reset_cache()
+
+    def render(self, spelling: Spelling) -> str:
+        return "m.reset_cache()"
+
+    def table_calls(self, before: Any, result: Result, key: OffloadKey) -> list[Call]:
+        return [Call.RESET]
+
+
+@attrs.frozen
+class TakeEvents(Operation):
+    method = "take_events"
+    answer = Answer.EVENTS
+
+    def apply_to(self, model: M) -> tuple[M, Result]:
+        return model.take_events()
+
+    def call(self, manager: Any, ctx: Any) -> object:
+        return list(manager.take_events())
+
+    def render(self, spelling: Spelling) -> str:
+        return "list(m.take_events())"
+
+
+@attrs.frozen
+class StartRequest(Operation):
+    """``on_new_request``: the engine first sees request ``request``."""
+
+    request: int
+
+    method = "on_new_request"
+
+    @property
+    def context_of(self) -> int | None:
+        return self.request
+
+    def apply_to(self, model: M) -> tuple[M, Result]:
+        return model.start_request(self.request)
+
+    def call(self, manager: Any, ctx: Any) -> object:
+        return manager.on_new_request(ctx)
+
+    def render(self, spelling: Spelling) -> str:
+        return f"m.on_new_request({spelling.ctx(self.request)})"
+
+
+@attrs.frozen
+class FinishRequest(Operation):
+    """``on_request_finished``: request ``request`` is done; no call names
+    it afterwards."""
+
+    request: int
+
+    method = "on_request_finished"
+
+    @property
+    def context_of(self) -> int | None:
+        return self.request
+
+    def apply_to(self, model: M) -> tuple[M, Result]:
+        return model.finish_request(self.request)
+
+    def call(self, manager: Any, ctx: Any) -> object:
+        return manager.on_request_finished(ctx)
+
+    def render(self, spelling: Spelling) -> str:
+        return f"m.on_request_finished({spelling.ctx(self.request)})"
+
+
+@attrs.frozen
+class ScheduleEnd(Operation):
+    """``on_schedule_end``: the end of one scheduler step."""
+
+    method = "on_schedule_end"
+
+    def apply_to(self, model: M) -> tuple[M, Result]:
+        return model.schedule_end()
+
+    def call(self, manager: Any, ctx: Any) -> object:
+        return manager.on_schedule_end()
+
+    def render(self, spelling: Spelling) -> str:
+        return "m.on_schedule_end()"
+
+
+Result = Union[
+    bool, LookupResult, int, StoreResult, tuple[int, ...], tuple[OffloadingEvent, ...], None
 ]
-"""One manager call with its arguments."""
-
-Result = Union[bool, int, StoreResult, tuple[int, ...], tuple[OffloadingEvent, ...], None]
 """What a call returns (see the module docstring)."""
 
 
@@ -232,54 +528,36 @@ def apply_events(
     return view
 
 
-M = TypeVar("M", bound="CallableModel")
+@attrs.frozen
+class RequestRecord:
+    """What one open request used, kept under request-scoped recency
+    (``RecencyCommit.REQUEST_END``) until it finishes: the keys it loaded or
+    offered (``seen``, first use first), those it stored (``inserted``),
+    the stored ones it used again (``reused``: loaded, or offered while
+    readable, unless it stored them itself) and the keys whose store misses
+    its policy has already seen (``store_missed``)."""
+
+    seen: tuple[OffloadKey, ...] = ()
+    inserted: frozenset[OffloadKey] = frozenset()
+    reused: frozenset[OffloadKey] = frozenset()
+    store_missed: frozenset[OffloadKey] = frozenset()
+
+    def seeing(self, keys: Iterable[OffloadKey]) -> RequestRecord:
+        known = set(self.seen)
+        added = tuple(k for k in dict.fromkeys(keys) if k not in known)
+        return attrs.evolve(self, seen=self.seen + added) if added else self
+
+    def reusing(self, keys: Iterable[OffloadKey]) -> RequestRecord:
+        again = frozenset(k for k in keys if k not in self.inserted)
+        return attrs.evolve(self, reused=self.reused | again) if again else self
+
+    def order(self) -> tuple[OffloadKey, ...]:
+        """The keys used, KV group by KV group (ascending group index), each
+        group in first-use order: the order a request's uses commit in."""
+        return tuple(sorted(self.seen, key=get_offload_group_idx))
 
 
-class CallableModel(Protocol):
-    """A model with one pure method per manager call (``ManagerModel``,
-    ``ReuseFilterModel``): what :func:`dispatch` needs."""
-
-    def lookup(self: M, key: OffloadKey) -> tuple[M, bool]: ...
-    def lookup_prefix(self: M, keys: Sequence[OffloadKey]) -> tuple[M, int]: ...
-    def prepare_store(
-        self: M,
-        keys: Sequence[OffloadKey],
-        *,
-        victims: Sequence[OffloadKey] | None = ...,
-        slots: Sequence[int] | None = ...,
-    ) -> tuple[M, StoreResult | None]: ...
-    def complete_store(
-        self: M, keys: Sequence[OffloadKey], success: bool = ...
-    ) -> tuple[M, None]: ...
-    def prepare_load(self: M, keys: Sequence[OffloadKey]) -> tuple[M, tuple[int, ...]]: ...
-    def complete_load(self: M, keys: Sequence[OffloadKey]) -> tuple[M, None]: ...
-    def touch(self: M, keys: Sequence[OffloadKey]) -> tuple[M, None]: ...
-    def reset_cache(self: M) -> tuple[M, None]: ...
-    def take_events(self: M) -> tuple[M, tuple[OffloadingEvent, ...]]: ...
-    def request_hook(self: M, name: str) -> tuple[M, None]: ...
-
-
-def dispatch(model: M, op: Operation) -> tuple[M, Result]:
-    """Perform on ``model`` the call ``op`` describes."""
-    if isinstance(op, Lookup):
-        return model.lookup(op.key)
-    if isinstance(op, LookupPrefix):
-        return model.lookup_prefix(op.keys)
-    if isinstance(op, PrepareStore):
-        return model.prepare_store(op.keys, victims=op.victims, slots=op.slots)
-    if isinstance(op, CompleteStore):
-        return model.complete_store(op.keys, op.success)
-    if isinstance(op, PrepareLoad):
-        return model.prepare_load(op.keys)
-    if isinstance(op, CompleteLoad):
-        return model.complete_load(op.keys)
-    if isinstance(op, Touch):
-        return model.touch(op.keys)
-    if isinstance(op, ResetCache):
-        return model.reset_cache()
-    if isinstance(op, TakeEvents):
-        return model.take_events()
-    return model.request_hook(op.name)
+_NO_USE = RequestRecord()
 
 
 def _fresh_slots(model: ManagerModel) -> tuple[int, ...]:
@@ -295,6 +573,7 @@ class ManagerModel:
     block_size: int = 16
     enable_events: bool = False
     medium: str = "CPU"
+    profile: Profile = DEFAULT
     blocks: FrozenMap[OffloadKey, Block] = FrozenMap()
     fresh: tuple[int, ...] = attrs.field(
         default=attrs.Factory(_fresh_slots, takes_self=True)
@@ -302,6 +581,7 @@ class ManagerModel:
     free_list: tuple[int, ...] = ()
     events: tuple[OffloadingEvent, ...] = ()
     consumer_view: frozenset[OffloadKey] = frozenset()
+    requests: FrozenMap[int, RequestRecord] = FrozenMap()
 
     @classmethod
     def create(
@@ -311,9 +591,11 @@ class ManagerModel:
         *,
         block_size: int = 16,
         enable_events: bool = False,
+        profile: Profile = DEFAULT,
     ) -> ManagerModel:
         """An empty manager with ``num_blocks`` slots and the named policy
-        (``"lru"``, ``"arc"``, ``"any"``) or the given policy model.
+        (``"lru"``, ``"arc"``, ``"any"``) or the given policy model, keeping
+        the conventions of ``profile``.
 
         Raises :class:`ConfigurationError` for ``num_blocks < 1``,
         ``block_size < 1`` or an unknown policy name.
@@ -328,9 +610,19 @@ class ManagerModel:
             policy=model,
             block_size=block_size,
             enable_events=enable_events,
+            profile=profile,
         )
 
     # --- queries (pure, no result model) ---------------------------------
+
+    @property
+    def core(self) -> ManagerModel:
+        """The manager model itself (a reuse filter's is its backing)."""
+        return self
+
+    def passed_keys(self, keys: tuple[OffloadKey, ...]) -> tuple[OffloadKey, ...]:
+        """The keys a ``prepare_store(keys)`` offers the manager: all."""
+        return keys
 
     def phase(self, key: OffloadKey) -> Phase:
         """The phase of ``key`` (ABSENT if untracked)."""
@@ -367,9 +659,48 @@ class ManagerModel:
 
     # --- calls ------------------------------------------------------------
 
-    def lookup(self, key: OffloadKey) -> tuple[ManagerModel, bool]:
-        """True iff ``key`` is READY or LOADING."""
-        return self, self.phase(key).readable
+    def lookup(self, key: OffloadKey) -> tuple[ManagerModel, bool | LookupResult]:
+        """True iff ``key`` is READY or LOADING. Under a profile answering
+        ``LookupAnswer.RESULT``: ``HIT`` (READY, LOADING), ``HIT_PENDING``
+        (PENDING) or ``MISS``."""
+        phase = self.phase(key)
+        if self.profile.lookup_answer is LookupAnswer.BOOL:
+            return self, phase.readable
+        if phase.readable:
+            return self, LookupResult.HIT
+        return self, LookupResult.HIT_PENDING if phase == PENDING else LookupResult.MISS
+
+    @property
+    def request_scoped(self) -> bool:
+        """Whether uses commit when a request finishes (the profile's
+        ``recency_commit`` is ``REQUEST_END``)."""
+        return self.profile.recency_commit is RecencyCommit.REQUEST_END
+
+    def record(self, request: int) -> RequestRecord:
+        """What ``request`` used so far (empty if it used nothing)."""
+        return self.requests.get(request, _NO_USE)
+
+    def offered(self, keys: Sequence[OffloadKey], request: int = 0) -> ManagerModel:
+        """What an offer of ``keys`` by ``request`` records before any room
+        is sought: the model a refused ``prepare_store(keys)`` leaves
+        (invariant 4). Under the default profile, nothing. Under
+        request-scoped recency, the request's record notes the new keys and
+        the readable ones (in offer order; the readable ones as reused), and
+        the new keys not yet missed by this request are store misses: the
+        policy sees them as a ``touch`` would (ARC adapts its target for a
+        ghost key; nothing else changes, as new keys are untracked)."""
+        if not self.request_scoped:
+            return self
+        new = frozenset(self.new_keys(keys))
+        record = self.record(request)
+        misses = tuple(k for k in dedup(keys) if k in new and k not in record.store_missed)
+        readable = [k for k in keys if self.phase(k).readable]
+        record = record.seeing(k for k in keys if k in new or self.phase(k).readable)
+        record = attrs.evolve(
+            record.reusing(readable), store_missed=record.store_missed | frozenset(misses)
+        )
+        policy = self.policy.touched(misses, frozenset()) if misses else self.policy
+        return attrs.evolve(self, policy=policy, requests=self.requests.set(request, record))
 
     def lookup_prefix(self, keys: Iterable[OffloadKey]) -> tuple[ManagerModel, int]:
         """Length of the longest prefix of READY/LOADING keys."""
@@ -386,22 +717,33 @@ class ManagerModel:
         *,
         victims: Sequence[OffloadKey] | None = None,
         slots: Iterable[SupportsIndex] | None = None,
+        request: int = 0,
     ) -> tuple[ManagerModel, StoreResult | None]:
         """Make the ABSENT offered keys PENDING, evicting READY keys not
         offered if free slots do not suffice.
 
         Raises :class:`InvalidKeyError` for a key that is not ``bytes`` of at
-        least 4 bytes. ``None`` (and this very model) when fewer than
-        ``need = |new| - free`` eligible victims exist. ``victims``/``slots``:
+        least 4 bytes. ``None`` (and :meth:`offered`'s model: under the
+        default profile this very model) when fewer than ``need = |new| -
+        free`` eligible victims exist. ``victims``/``slots``:
         the implementation's choices, checked (:class:`SpecViolation`).
         """
         offered = dedup(validate_offload_key(k) for k in keys)
+        return self.offered(offered, request)._store(offered, victims, slots, request)
+
+    def _store(
+        self,
+        offered: tuple[OffloadKey, ...],
+        victims: Sequence[OffloadKey] | None,
+        slots: Iterable[SupportsIndex] | None,
+        request: int,
+    ) -> tuple[ManagerModel, StoreResult | None]:
         given_slots = None if slots is None else tuple(slots)
         new = self.new_keys(offered)
         if not new:
             if victims or given_slots:
                 raise SpecViolation(
-                    "7 store spec", "nothing to store, yet victims or slots were given"
+                    Invariant.STORE_SPEC, "nothing to store, yet victims or slots were given"
                 )
             return self, StoreResult((), (), ())
         need = len(new) - self.free_count()
@@ -416,11 +758,11 @@ class ManagerModel:
             else:
                 reason = self.policy.check_victims(victims, need, eligible)
                 if reason is not None:
-                    raise SpecViolation("2/3/5 eviction", reason)
+                    raise SpecViolation(Invariant.EVICTION, reason)
                 chosen = tuple(victims)
         elif victims:
             raise SpecViolation(
-                "5 liveness", f"free slots sufficed, yet {tuple(victims)!r} were evicted"
+                Invariant.LIVENESS, f"free slots sufficed, yet {tuple(victims)!r} were evicted"
             )
 
         blocks = self.blocks.without(chosen)
@@ -440,22 +782,27 @@ class ManagerModel:
             try:
                 taken = tuple(operator.index(s) for s in given_slots)
             except TypeError as error:
-                raise SpecViolation("7 store spec", f"slots {given_slots!r}: {error}") from None
+                raise SpecViolation(Invariant.STORE_SPEC, f"slots {given_slots!r}: {error}") from None
             pool = frozenset(fresh) | frozenset(free_list)
             if len(taken) != len(new) or len(set(taken)) != len(taken):
                 raise SpecViolation(
-                    "7 store spec",
+                    Invariant.STORE_SPEC,
                     f"{len(new)} distinct slots were needed, got {taken!r}",
                 )
             if not all(s in pool for s in taken):
                 raise SpecViolation(
-                    "1 capacity", f"slots {taken!r} are not all free (free: {sorted(pool)!r})"
+                    Invariant.CAPACITY, f"slots {taken!r} are not all free (free: {sorted(pool)!r})"
                 )
             fresh = tuple(s for s in fresh if s not in taken)
             free_list = tuple(s for s in free_list if s not in taken)
 
         for key, slot in zip(new, taken):
             blocks = blocks.set(key, Block(PENDING, slot))
+        requests = self.requests
+        if self.request_scoped:
+            record = self.record(request)
+            record = attrs.evolve(record, inserted=record.inserted | frozenset(new))
+            requests = requests.set(request, record)
         model = attrs.evolve(
             self,
             blocks=blocks,
@@ -463,6 +810,7 @@ class ManagerModel:
             free_list=free_list,
             events=events,
             policy=self.policy.evicted(chosen).inserted(new),
+            requests=requests,
         )
         return model, StoreResult(new, taken, chosen)
 
@@ -475,7 +823,10 @@ class ManagerModel:
         Raises :class:`IllegalTransitionError` for the first ABSENT key.
         """
         call = Call.COMPLETE_STORE_OK if success else Call.COMPLETE_STORE_FAILED
-        targets = {key: apply_call(key, self.phase(key), call)[0] for key in dedup(keys)}
+        keys = dedup(keys)
+        if self.profile.complete_store_ignores_absent:
+            keys = tuple(key for key in keys if key in self.blocks)
+        targets = {key: apply_call(key, self.phase(key), call)[0] for key in keys}
         changed = tuple(k for k, phase in targets.items() if phase != self.phase(k))
         if success:
             blocks = self.blocks
@@ -498,14 +849,20 @@ class ManagerModel:
         return model, None
 
     def prepare_load(
-        self, keys: Sequence[OffloadKey]
+        self, keys: Sequence[OffloadKey], *, request: int = 0
     ) -> tuple[ManagerModel, tuple[int, ...]]:
         """Each occurrence of a key adds one load (READY → LOADING(1),
         LOADING(n) → LOADING(n+1)); the result names the keys' slots in call
         order. Raises :class:`IllegalTransitionError` for the first key that
-        is not READY or LOADING."""
+        is not READY or LOADING. Under request-scoped recency the request
+        has used (reused) the keys."""
         blocks = self._count_loads(keys, Call.PREPARE_LOAD)
-        return attrs.evolve(self, blocks=blocks), tuple(self.blocks[k].slot for k in keys)
+        requests = self.requests
+        if self.request_scoped:
+            record = self.record(request).seeing(keys).reusing(keys)
+            requests = requests.set(request, record)
+        model = attrs.evolve(self, blocks=blocks, requests=requests)
+        return model, tuple(self.blocks[k].slot for k in keys)
 
     def complete_load(self, keys: Sequence[OffloadKey]) -> tuple[ManagerModel, None]:
         """Each occurrence of a key removes one load (LOADING(1) → READY).
@@ -523,8 +880,11 @@ class ManagerModel:
         policy emptied; one ``removed`` event for the READY/LOADING keys, in
         ascending slot order."""
         readable = sorted((b.slot, k) for k, b in self.blocks.items() if b.phase.readable)
-        events = self.events
-        if readable and self.enable_events:
+        events, view = self.events, self.consumer_view
+        if self.profile.reset_announce is ResetAnnounce.ENGINE:
+            if self.enable_events:
+                view = frozenset()  # the engine publishes its own all-cleared event
+        elif readable and self.enable_events:
             events += (self._event(tuple(k for _, k in readable), removed=True),)
         model = attrs.evolve(
             self,
@@ -532,7 +892,9 @@ class ManagerModel:
             fresh=tuple(range(self.num_blocks)),
             free_list=(),
             events=events,
+            consumer_view=view,
             policy=self.policy.cleared(),
+            requests=FrozenMap((r, _NO_USE) for r in self.requests),
         )
         return model, None
 
@@ -541,14 +903,34 @@ class ManagerModel:
         view = apply_events(self.consumer_view, self.events)
         return attrs.evolve(self, events=(), consumer_view=view), self.events
 
-    def request_hook(self, name: str) -> tuple[ManagerModel, None]:
-        """``on_new_request``, ``on_request_finished``, ``on_schedule_end``,
-        ``shutdown``: no change."""
+    def start_request(self, request: int) -> tuple[ManagerModel, None]:
+        """``on_new_request``: no change, but under request-scoped recency
+        the request opens with an empty record."""
+        if not self.request_scoped or request in self.requests:
+            return self, None
+        return attrs.evolve(self, requests=self.requests.set(request, _NO_USE)), None
+
+    def finish_request(self, request: int) -> tuple[ManagerModel, None]:
+        """``on_request_finished``: no change, but under request-scoped
+        recency the request's uses reach the policy now
+        (:meth:`~kvoffload.spec.policies.LRUModel.committed`: its keys, KV
+        group by KV group in first-use order; the keys it only stored; the
+        stored keys it reused) and its record is dropped."""
+        record = self.requests.get(request)
+        if record is None:
+            return self, None
+        policy = self.policy.committed(
+            record.order(), record.inserted - record.reused, record.reused
+        )
+        return attrs.evolve(self, policy=policy, requests=self.requests.without([request])), None
+
+    def schedule_end(self) -> tuple[ManagerModel, None]:
+        """``on_schedule_end``: no change."""
         return self, None
 
     def apply(self, op: Operation) -> tuple[ManagerModel, Result]:
         """Perform the call ``op`` describes."""
-        return dispatch(self, op)
+        return op.apply_to(self)
 
     # --- helpers ----------------------------------------------------------
 
@@ -573,7 +955,11 @@ class ManagerModel:
 
 
 __all__ = [
+    "Answer",
     "Block",
+    "CallableModel",
+    "KeyListOperation",
+    "Spelling",
     "CompleteLoad",
     "CompleteStore",
     "FrozenMap",
@@ -583,7 +969,10 @@ __all__ = [
     "Operation",
     "PrepareLoad",
     "PrepareStore",
-    "RequestHook",
+    "FinishRequest",
+    "RequestRecord",
+    "ScheduleEnd",
+    "StartRequest",
     "ResetCache",
     "Result",
     "SpecViolation",

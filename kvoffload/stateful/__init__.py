@@ -15,15 +15,18 @@ from __future__ import annotations
 import unittest
 from collections.abc import Callable
 
-from kvoffload.spec.contract import OffloadingManager
 from hypothesis import settings
 
-from kvoffload.stateful.audit import DEFAULT_EXAMPLES, AuditReport, audit
+from kvoffload.spec.contract import OffloadingManager
+from kvoffload.spec.profile import DEFAULT, Profile
+from kvoffload.stateful.auditing import DEFAULT_EXAMPLES, AuditReport, audit
 from kvoffload.stateful.harness import (
+    ContextFactory,
     Discrepancy,
     Harness,
     KitConfig,
     ReuseFilterParams,
+    default_context,
 )
 from kvoffload.stateful.legacy import LegacyManagerAdapter, LegacyOffloadingManager
 from kvoffload.stateful.machine import ManagerMachine, make_manager_machine
@@ -35,9 +38,11 @@ def conformance_test(
     *,
     policy: str = "any",
     reuse_filter: ReuseFilterParams | None = None,
-    typed_errors: bool = True,
-    supports_reset: bool = True,
+    profile: Profile = DEFAULT,
+    typed_errors: bool | None = None,
+    supports_reset: bool | None = None,
     max_examples: int | None = None,
+    context_factory: ContextFactory | None = None,
 ) -> Callable[[], None]:
     """A test function auditing ``factory``: assign it to a ``test_*`` name.
 
@@ -48,17 +53,23 @@ def conformance_test(
     """
 
     def test() -> None:
-        profile = settings.default
+        hypothesis_settings = settings.default
         budget = max_examples
-        if budget is None and profile is not None and profile.max_examples > DEFAULT_EXAMPLES:
-            budget = profile.max_examples
+        if (
+            budget is None
+            and hypothesis_settings is not None
+            and hypothesis_settings.max_examples > DEFAULT_EXAMPLES
+        ):
+            budget = hypothesis_settings.max_examples
         report = audit(
             factory,
             policy=policy,
             reuse_filter=reuse_filter,
+            profile=profile,
             typed_errors=typed_errors,
             supports_reset=supports_reset,
             max_examples=budget,
+            context_factory=context_factory,
         )
         if not report.passed:
             raise AssertionError(report.render())
@@ -72,8 +83,10 @@ def machine_test_case(
     *,
     policy: str = "any",
     reuse_filter: ReuseFilterParams | None = None,
-    typed_errors: bool = True,
-    supports_reset: bool = True,
+    profile: Profile = DEFAULT,
+    typed_errors: bool | None = None,
+    supports_reset: bool | None = None,
+    context_factory: ContextFactory | None = None,
 ) -> type[unittest.TestCase]:
     """The state machine as a ``unittest.TestCase`` (assign it to a
     ``Test*`` name): Hypothesis's own shrinking and database, HypoFuzz-able."""
@@ -81,8 +94,10 @@ def machine_test_case(
         factory,
         policy=policy,
         reuse_filter=reuse_filter,
+        profile=profile,
         typed_errors=typed_errors,
         supports_reset=supports_reset,
+        context_factory=context_factory or default_context,
     )
     test_case: type[unittest.TestCase] = make_manager_machine(config).TestCase
     return test_case

@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 import attrs
 
 from kvoffload.spec.contract import OffloadingManager
+from kvoffload.spec.invariants import Invariant
 from kvoffload.spec.keys import OffloadKey
 from kvoffload.spec.model import (
     CompleteLoad,
@@ -26,18 +27,19 @@ from kvoffload.spec.model import (
     Operation,
     PrepareLoad,
     PrepareStore,
-    RequestHook,
     ResetCache,
+    ScheduleEnd,
     TakeEvents,
     Touch,
 )
+from kvoffload.spec.profile import DEFAULT, Profile
 from kvoffload.stateful.harness import (
     Discrepancy,
     KitConfig,
     ReuseFilterParams,
     render_script,
 )
-from kvoffload.stateful.shrink import failure_kind, replay
+from kvoffload.stateful.shrink import replay
 
 
 @attrs.frozen
@@ -54,7 +56,7 @@ class CheckReport:
     steps: int
     seconds: float
     passed: bool
-    invariant: str | None = None
+    invariant: Invariant | None = None
     message: str | None = None
     script: str | None = None
 
@@ -80,7 +82,7 @@ def alphabet(keys: Sequence[OffloadKey], supports_reset: bool = True) -> list[Op
         ops += [CompleteStore((key,), True), CompleteStore((key,), False)]
         ops += [PrepareLoad((key,)), CompleteLoad((key,))]
     ops.append(TakeEvents())
-    ops.append(RequestHook("on_schedule_end"))
+    ops.append(ScheduleEnd())
     if supports_reset:
         ops.append(ResetCache())
     return ops
@@ -94,8 +96,9 @@ def check_exhaustively(
     num_keys: int = 3,
     num_blocks: int = 2,
     reuse_filter: ReuseFilterParams | None = None,
-    typed_errors: bool = True,
-    supports_reset: bool = True,
+    profile: Profile = DEFAULT,
+    typed_errors: bool | None = None,
+    supports_reset: bool | None = None,
     name: str | None = None,
     factory_import: str | None = None,
 ) -> CheckReport:
@@ -107,13 +110,14 @@ def check_exhaustively(
         factory,
         policy=policy,
         reuse_filter=reuse_filter,
+        profile=profile,
         typed_errors=typed_errors,
         supports_reset=supports_reset,
         min_blocks=num_blocks,
         max_blocks=num_blocks,
         num_keys=num_keys,
     )
-    calls = alphabet(config.keys(), supports_reset)
+    calls = alphabet(config.keys(), config.profile.has_reset)
     started = time.perf_counter()
     initial, _ = replay(config, num_blocks, [])
     seen = {initial.model}
@@ -136,10 +140,14 @@ def check_exhaustively(
                     return CheckReport(
                         target, label, depth, num_keys, num_blocks, len(seen), sequences,
                         steps, time.perf_counter() - started, False,
-                        invariant=failure_kind(error), message=message,
+                        invariant=(
+                            error.invariant if isinstance(error, Discrepancy) else Invariant.CRASH
+                        ),
+                        message=message,
                         script=render_script(
                             harness.trace, num_blocks=num_blocks, num_keys=num_keys,
                             factory_import=factory_import, failure=message,
+                            check=error.check if isinstance(error, Discrepancy) else None,
                         ),
                     )
                 if harness.model not in seen:

@@ -7,8 +7,12 @@ import numpy as np
 import pytest
 
 from kvoffload.spec.contract import OffloadingEvent
-from kvoffload.spec.errors import ConfigurationError, IllegalTransitionError, InvalidKeyError
-from kvoffload.spec.invariants import Step, Violation, check_step, liveness
+from kvoffload.spec.errors import (
+    ConfigurationError,
+    IllegalTransitionError,
+    InvalidKeyError,
+)
+from kvoffload.spec.invariants import Invariant, Step, Violation, check_step, liveness
 from kvoffload.spec.keys import OffloadKey
 from kvoffload.spec.lifecycle import ABSENT, PENDING, READY, Call, loading
 from kvoffload.spec.model import (
@@ -158,10 +162,11 @@ def test_reset_announces_readable_keys_in_slot_order() -> None:
     assert after.take_events()[0].consumer_view == frozenset()
 
 
-def test_hooks_change_nothing() -> None:
-    model = stored(ManagerModel.create(2), A)
-    for hook in ("on_new_request", "on_request_finished", "on_schedule_end", "shutdown"):
-        assert model.request_hook(hook) == (model, None)
+def test_hooks_change_nothing_under_the_default_profile() -> None:
+    model = stored(ManagerModel.create(2), A).prepare_load([A], request=1)[0]
+    assert model.start_request(1) == (model, None)
+    assert model.finish_request(1) == (model, None)
+    assert model.schedule_end() == (model, None)
 
 
 # --- auditing: victims and slots chosen by an implementation ---------------------
@@ -287,5 +292,5 @@ def test_check_step_reports_a_broken_step() -> None:
     bogus = Step(before, PrepareStore((C,)), after, StoreResult((C,), (1,), (A,)))
     found = check_step(bogus)
     assert found and all(isinstance(v, Violation) for v in found)
-    assert any(v.invariant == "7 store spec" for v in found)
+    assert any(v.invariant is Invariant.STORE_SPEC for v in found)
     assert not check_step(Step(before, PrepareStore((C,)), after, result))

@@ -12,30 +12,48 @@ from __future__ import annotations
 
 from collections import Counter
 
+import attrs
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kvoffload.spec.errors import IllegalTransitionError, InvalidKeyError
-from kvoffload.spec.invariants import Step, check_step, manager_of, passed_keys, table_calls
+from kvoffload.spec.invariants import (
+    Step,
+    check_step,
+    manager_of,
+    passed_keys,
+    table_calls,
+)
 from kvoffload.spec.keys import OffloadKey
 from kvoffload.spec.lifecycle import TRANSITIONS, Call, PhaseKind, apply, is_legal
 from kvoffload.spec.model import (
     CompleteLoad,
     CompleteStore,
+    FinishRequest,
+    KeyListOperation,
     Lookup,
     LookupPrefix,
     ManagerModel,
     Operation,
     PrepareLoad,
     PrepareStore,
-    RequestHook,
     ResetCache,
+    ScheduleEnd,
+    StartRequest,
     StoreResult,
     TakeEvents,
     Touch,
 )
 from kvoffload.spec.policies import AnyPolicyModel, ARCModel
+from kvoffload.spec.profile import (
+    DEFAULT,
+    FilterCounts,
+    LookupAnswer,
+    Profile,
+    RecencyCommit,
+    ResetAnnounce,
+)
 from kvoffload.spec.reuse import ReuseFilterModel
 
 KEYS = tuple(OffloadKey(bytes([i]) * 4) for i in range(6))
@@ -97,8 +115,9 @@ def draw_op(data: st.DataObject, state: Model) -> Operation:
     if kind == "events":
         return TakeEvents()
     if kind == "hook":
-        return RequestHook(data.draw(st.sampled_from(
-            ["on_new_request", "on_request_finished", "on_schedule_end", "shutdown"])))
+        request = data.draw(st.integers(0, 2))
+        hook = data.draw(st.sampled_from([StartRequest, FinishRequest]))
+        return hook(request) if data.draw(st.booleans()) else ScheduleEnd()
     absent = with_phase(state, PhaseKind.ABSENT)
     keys = key_lists(data, absent, max_size=3) + key_lists(data, tracked, max_size=2)
     if data.draw(st.integers(0, 30)) == 0:
@@ -136,8 +155,13 @@ def expect_illegal(state: Model, op: Operation, error: Exception) -> None:
 
 
 def run_sequence(data: st.DataObject, state: Model, steps: int) -> None:
+    engine_resets = manager_of(state).profile.reset_announce is ResetAnnounce.ENGINE
     for _ in range(steps):
         op = draw_op(data, state)
+        if isinstance(op, (KeyListOperation, Lookup)):
+            op = attrs.evolve(op, request=data.draw(st.integers(0, 2)))
+        if isinstance(op, ResetCache) and engine_resets:
+            state = state.take_events()[0]  # the engine drains, then resets
         try:
             after, result = state.apply(op)
         except (IllegalTransitionError, InvalidKeyError) as error:
@@ -149,7 +173,9 @@ def run_sequence(data: st.DataObject, state: Model, steps: int) -> None:
         # Determinism, and the audit path: the model agrees with itself.
         assert state.apply(op) == (after, result)
         if isinstance(op, PrepareStore) and isinstance(result, StoreResult) and op.victims is None:
-            audited = state.prepare_store(op.keys, victims=result.evicted, slots=result.store_slots)
+            audited = state.prepare_store(
+                op.keys, victims=result.evicted, slots=result.store_slots, request=op.request
+            )
             assert audited == (after, result)
             OUTCOMES["prepare_store evicting" if result.evicted else "prepare_store, room free"] += 1
         elif isinstance(op, PrepareStore):
@@ -218,6 +244,36 @@ def test_reuse_filter_model_keeps_every_invariant(
     )
     state = ReuseFilterModel(backing, store_threshold=threshold, max_tracker_size=tracker)
     run_sequence(data, state, config["steps"])
+
+
+#: Every option away from its default at once (where the models read it).
+VARIANT = Profile(
+    name="variant",
+    lookup_answer=LookupAnswer.RESULT,
+    filter_counts=FilterCounts.OFFERS_KEEPING_OFFERED,
+    filter_reset_clears=False,
+    recency_commit=RecencyCommit.REQUEST_END,
+    reset_announce=ResetAnnounce.ENGINE,
+    complete_store_ignores_absent=True,
+)
+
+
+@pytest.mark.parametrize("counts", list(FilterCounts))
+@pytest.mark.parametrize("policy", ["lru", "arc"])
+@settings(SETTINGS, max_examples=25)
+@given(config=configs, data=st.data(), tracker=st.integers(1, 8))
+def test_models_keep_every_invariant_under_other_profiles(
+    policy: str, counts: FilterCounts, config: dict[str, int], data: st.DataObject, tracker: int
+) -> None:
+    profile = VARIANT if counts is FilterCounts.OFFERS_KEEPING_OFFERED else Profile(
+        name=counts.value, filter_counts=counts
+    )
+    backing = ManagerModel.create(
+        config["num_blocks"], policy, enable_events=bool(config["enable_events"]),
+        profile=profile,
+    )
+    run_sequence(data, ReuseFilterModel(backing, max_tracker_size=tracker), config["steps"])
+    assert DEFAULT.filter_counts is FilterCounts.LOOKUPS
 
 
 def test_every_table_row_was_reached() -> None:

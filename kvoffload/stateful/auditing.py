@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-
 from typing import cast
 
 import attrs
@@ -19,10 +18,14 @@ from hypothesis.reporting import with_reporter
 from hypothesis.stateful import run_state_machine_as_test
 
 from kvoffload.spec.contract import OffloadingManager
+from kvoffload.spec.invariants import Invariant
+from kvoffload.spec.profile import DEFAULT, Profile
 from kvoffload.stateful.harness import (
+    ContextFactory,
     Discrepancy,
     KitConfig,
     ReuseFilterParams,
+    default_context,
     render_script,
 )
 from kvoffload.stateful.machine import TraceSink, make_manager_machine
@@ -48,7 +51,7 @@ class AuditReport:
     examples: int
     steps: int
     seconds: float
-    invariant: str | None = None
+    invariant: Invariant | None = None
     key: object = None
     message: str | None = None
     script: str | None = None
@@ -77,25 +80,34 @@ def audit(
     max_examples: int | None = None,
     seed: int | None = None,
     reuse_filter: ReuseFilterParams | None = None,
-    typed_errors: bool = True,
-    supports_reset: bool = True,
+    profile: Profile = DEFAULT,
+    typed_errors: bool | None = None,
+    supports_reset: bool | None = None,
     stateful_step_count: int | None = None,
     max_blocks: int = 4,
     num_keys: int = 6,
     name: str | None = None,
     factory_import: str | None = None,
+    context_factory: ContextFactory | None = None,
+    context_import: str | None = None,
+    max_requests: int = 3,
 ) -> AuditReport:
     """Audit the managers ``factory(num_blocks)`` builds against the spec.
 
     ``policy``: ``"lru"``/``"arc"`` demand exact agreement with that policy's
     model, ``"any"`` accepts any legal victims. ``reuse_filter``: the manager
-    is a reuse filter with these parameters. ``typed_errors``: the manager
-    promises an ``OffloadingError`` for illegal calls (the kit then makes
-    them). ``max_examples``/``stateful_step_count`` default to
+    is a reuse filter with these parameters. ``profile``: the conventions
+    the manager keeps (:class:`~kvoffload.spec.profile.Profile`, e.g.
+    ``profile_named("vllm-0.33")``); ``typed_errors``/``supports_reset``, when
+    given, override its ``errors``/``has_reset``. ``max_examples``/``stateful_step_count`` default to
     ``DEFAULT_EXAMPLES``/``DEFAULT_STEPS`` whatever the Hypothesis profile:
     an audit's default budget is the same everywhere. ``seed`` fixes the run; None derandomizes it
     (same run every time). ``factory_import`` (``"module:callable"``) lets the
-    replay script import the factory.
+    replay script import the factory. ``context_factory(req_id)`` builds the
+    request context the manager takes (default ``ReqContext``; one object
+    per request, kept for its lifetime); ``context_import``
+    (``"module:callable"``) lets the replay script build it the same way.
+    ``max_requests``: how many requests are open at once.
     """
     if reuse_filter is not None and reuse_filter.max_tracker_size <= 16:
         # the filter's protection rule shows only once a stored key's count
@@ -105,10 +117,13 @@ def audit(
         factory,
         policy=policy,
         reuse_filter=reuse_filter,
+        profile=profile,
         typed_errors=typed_errors,
         supports_reset=supports_reset,
         max_blocks=max_blocks,
         num_keys=num_keys,
+        max_requests=max_requests,
+        context_factory=context_factory or default_context,
     )
     if max_examples is None:
         max_examples = DEFAULT_EXAMPLES
@@ -159,10 +174,12 @@ def audit(
         replayed, shrunk_failure = replay(config, num_blocks, ops)
         if shrunk_failure is not None and failure_kind(shrunk_failure) == kind:
             harness, failure = replayed, shrunk_failure
+    check: str | None = None
     if isinstance(failure, Discrepancy):
         invariant, key, message = failure.invariant, failure.key, str(failure)
+        check = failure.check
     else:
-        invariant, key = "no crash", None
+        invariant, key = Invariant.CRASH, None
         message = f"the manager raised {type(failure).__name__}: {failure}"
     trace = harness.trace if harness is not None else []
     script = render_script(
@@ -171,6 +188,8 @@ def audit(
         num_keys=num_keys,
         factory_import=factory_import,
         failure=message,
+        check=check,
+        context_import=context_import,
     )
     return AuditReport(
         target,
