@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import TextIO, cast
 
 from kvoffload.spec.contract import OffloadingManager
-from kvoffload.stateful.audit import DEFAULT_EXAMPLES, AuditReport, audit
+from kvoffload.stateful.auditing import DEFAULT_EXAMPLES, AuditReport, audit
 from kvoffload.stateful.harness import POLICIES, ReuseFilterParams
 from kvoffload.stateful.legacy import LegacyManagerAdapter
 from kvoffload.stateful.targets import BUILTIN_TARGETS, BuiltinTarget

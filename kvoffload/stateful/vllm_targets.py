@@ -38,7 +38,7 @@ from kvoffload.spec.contract import (
 from kvoffload.spec.keys import OffloadKey
 from kvoffload.spec.profile import ErrorStyle
 from kvoffload.spec.releases import preset_for_generation
-from kvoffload.stateful.audit import DEFAULT_EXAMPLES, DEFAULT_STEPS, AuditReport, audit
+from kvoffload.stateful.auditing import DEFAULT_EXAMPLES, DEFAULT_STEPS, AuditReport, audit
 from kvoffload.stateful.harness import ReuseFilterParams
 from kvoffload.stateful.legacy import LegacyManagerAdapter
 from kvoffload.vllm_release import VllmRelease, VllmReleaseError, load_release
