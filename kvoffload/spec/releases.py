@@ -15,6 +15,11 @@ Conventions every vLLM release shares:
 - ``offers_repeat_keys=False``: ``cpu/manager.py`` ``prepare_store`` takes one
   slot per offered key it does not track, so an offer naming a key twice
   takes two slots for one key; the scheduler offers each new block once.
+- ``validates_keys=False``: ``cpu/manager.py`` ``prepare_store`` accepts any
+  hashable as a key (keys are made by the scheduler, never by a user).
+- ``complete_store_ignores_absent=True``: ``cpu/manager.py``
+  ``complete_store`` skips every key it does not track (``if block is not
+  None and not block.is_ready``).
 """
 
 from __future__ import annotations
@@ -34,6 +39,8 @@ _VLLM = Profile(
     name="vllm",
     errors=ErrorStyle.ANY,
     offers_repeat_keys=False,
+    validates_keys=False,
+    complete_store_ignores_absent=True,
 )
 
 VLLM_0_19 = attrs.evolve(
@@ -96,13 +103,26 @@ VLLM_0_29 = attrs.evolve(
     VLLM_0_25,
     name="vllm-0.29",
     # cpu/manager.py: lookup no longer records keys; prepare_store records
-    # every offered key (_record_access) before filtering on the threshold.
+    # every offered key (_record_access) before filtering on the threshold,
+    # also when it then refuses the store.
     filter_counts=FilterCounts.OFFERS,
 )
-"""vLLM 0.29–0.30: the filter counts offers."""
+"""vLLM 0.29: the filter counts offers."""
+
+VLLM_0_30 = attrs.evolve(
+    VLLM_0_29,
+    name="vllm-0.30",
+    # cpu/manager.py _record_accesses ("Record an offer without evicting its
+    # tracked candidates"): the offered keys already counted are counted
+    # first, and a new key is added only while the table holds an entry
+    # outside the offer to drop.
+    filter_counts=FilterCounts.OFFERS_KEEPING_OFFERED,
+)
+"""vLLM 0.30: capacity in chunks (``num_chunks``, a shape the kit's factory
+takes); an offer keeps its own keys in the count table."""
 
 VLLM_0_31 = attrs.evolve(
-    VLLM_0_29,
+    VLLM_0_30,
     name="vllm-0.31",
     # cpu/policies/base.py: CachePolicy.on_request_finished; cpu/manager.py
     # on_request_finished hands the policy the keys the request loaded and
@@ -131,6 +151,7 @@ PRESETS: tuple[Profile, ...] = (
     VLLM_0_22,
     VLLM_0_25,
     VLLM_0_29,
+    VLLM_0_30,
     VLLM_0_31,
     VLLM_0_33,
 )
@@ -145,7 +166,7 @@ _BY_GENERATION: dict[str, Profile] = {
     "0.24": VLLM_0_22,
     "0.25": VLLM_0_25,
     "0.29": VLLM_0_29,
-    "0.30": VLLM_0_29,
+    "0.30": VLLM_0_30,
     "0.31": VLLM_0_31,
     "0.33": VLLM_0_33,
 }
@@ -174,6 +195,7 @@ __all__ = [
     "VLLM_0_22",
     "VLLM_0_25",
     "VLLM_0_29",
+    "VLLM_0_30",
     "VLLM_0_31",
     "VLLM_0_33",
     "preset",

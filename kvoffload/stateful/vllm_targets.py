@@ -36,10 +36,10 @@ from kvoffload.spec.contract import (
     RequestOffloadingContext,
 )
 from kvoffload.spec.keys import OffloadKey
-from kvoffload.spec.profile import ErrorStyle
+from kvoffload.spec.profile import profile_named
 from kvoffload.spec.releases import preset_for_generation
 from kvoffload.stateful.auditing import DEFAULT_EXAMPLES, DEFAULT_STEPS, AuditReport, audit
-from kvoffload.stateful.harness import ReuseFilterParams
+from kvoffload.stateful.harness import ReuseFilterParams, with_overrides
 from kvoffload.stateful.legacy import LegacyManagerAdapter
 from kvoffload.vllm_release import VllmRelease, VllmReleaseError, load_release
 
@@ -133,6 +133,10 @@ class ReleaseManager(OffloadingManager):
         hook = getattr(self.inner, "on_request_finished", None)
         if callable(hook):
             hook(self.context_for(req_context))
+        # the request is over: a later call under the same req_id is a new
+        # request with a new vLLM ReqContext (vLLM asserts on keys seen
+        # after a request's finalization, 0.31 on)
+        self._contexts.pop(req_context.req_id, None)
 
     def on_schedule_end(self) -> None:
         hook = getattr(self.inner, "on_schedule_end", None)
@@ -278,6 +282,13 @@ def run_release_audit(args: argparse.Namespace) -> int:
         return 2
     generation = release.generation
     profile = preset_for_generation(generation.value)
+    if args.profile is not None:
+        try:
+            profile = profile_named(args.profile)
+        except KeyError as error:
+            print(f"kvoffload audit: error: {error.args[0]}", file=sys.stderr)
+            return 2
+    profile = with_overrides(profile, args.typed_errors, args.reset)
     stand_ins = ", ".join(release.stubbed) or "none"
     print(f"{release.describe()}")
     print(f"profile {profile.describe()}")
@@ -292,8 +303,7 @@ def run_release_audit(args: argparse.Namespace) -> int:
             progress.wrap(target.factory),
             policy=target.policy,
             reuse_filter=target.reuse_filter,
-            typed_errors=profile.errors is ErrorStyle.TYPED,
-            supports_reset=profile.has_reset,
+            profile=profile,
             max_examples=args.examples,
             stateful_step_count=args.steps,
             seed=args.seed,
