@@ -116,9 +116,11 @@ class KitConfig:
             raise ValueError("num_keys must be in [1, 256]")
 
     def keys(self) -> tuple[OffloadKey, ...]:
-        """The key universe: ``num_keys`` keys over two KV groups."""
+        """The key universe: ``num_keys`` keys, two KV groups per block hash
+        (``K[2h]`` and ``K[2h+1]`` share block hash ``h``)."""
         return tuple(
-            make_offload_key(b"blk%02d" % index, index % 2) for index in range(self.num_keys)
+            make_offload_key(b"blk%02d" % (index // 2), index % 2)
+            for index in range(self.num_keys)
         )
 
     def new_model(self, num_blocks: int) -> Model:
@@ -178,12 +180,16 @@ class Harness:
         )
         self._last_event: dict[OffloadKey, bool] = {}
         self.evicted: list[OffloadKey] = []  # victims so far, oldest first
+        self.last_answer: object = None  # the manager's answer to the last lookup_prefix
+        # called after each legal step with (model before, call, model after)
+        self.observer: Callable[[Model, Operation, Model], None] | None = None
 
     # --- public -----------------------------------------------------------
 
     def step(self, op: Operation) -> None:
         """Apply ``op`` to model and manager; raise :class:`Discrepancy` on
         the first disagreement or broken invariant."""
+        before, recorded = self.model, len(self.trace)
         try:
             if isinstance(op, PrepareStore):
                 for key in op.keys:
@@ -197,7 +203,13 @@ class Harness:
         except InvalidKeyError as error:
             self._illegal(op, error)
             return
+        except BaseException:
+            if len(self.trace) == recorded:  # the manager raised: keep its call
+                self._record(op, "raised")
+            raise
         self.check_state()
+        if self.observer is not None:
+            self.observer(before, op, self.model)
 
     def _expect(self, op: Operation) -> Result:
         """The model's answer to ``op``, the model moved on; an illegal call
@@ -300,6 +312,7 @@ class Harness:
         expected = self._expect(op)
         self._record(op, f"-> {expected}")
         actual = self.manager.lookup_prefix(op.keys, self.ctx)
+        self.last_answer = actual
         if actual is not None and actual != expected:
             raise Discrepancy(
                 "lookup", f"lookup_prefix answered {actual}, expected {expected}"
@@ -489,13 +502,17 @@ _HANDLERS: dict[type, Callable[[Harness, Operation], None]] = {
 def key_name(key: object) -> str:
     """How a key of the kit's universe is written in a replay script."""
     if isinstance(key, bytes) and key.startswith(b"blk") and len(key) == 9:
-        return f"K[{int(key[3:5])}]"
+        return f"K[{2 * int(key[3:5]) + key[8]}]"
     return repr(key)
 
 
 def _named(text: str) -> str:
     """``text`` with the kit's keys written as ``K[i]``."""
-    return re.sub(r"b'blk(\d\d)\\x00\\x00\\x00\\x0[01]'", lambda m: f"K[{int(m[1])}]", text)
+    return re.sub(
+        r"b'blk(\d\d)\\x00\\x00\\x00\\x0([01])'",
+        lambda m: f"K[{2 * int(m[1]) + int(m[2])}]",
+        text,
+    )
 
 
 def _keys(keys: Sequence[object]) -> str:
@@ -559,7 +576,7 @@ def render_script(
         '    raise AssertionError("accepted a call the specification forbids")',
         "",
         "",
-        f"K = [make_offload_key(b'blk%02d' % i, i % 2) for i in range({num_keys})]",
+        f"K = [make_offload_key(b'blk%02d' % (i // 2), i % 2) for i in range({num_keys})]",
         'ctx = ReqContext(req_id="kit")',
         f"m = factory({num_blocks})",
     ]

@@ -1,0 +1,145 @@
+"""Observe a manager's hidden state without introspection: drain a copy.
+
+A manager that offers neither ``phase``/``slot_of`` nor ``policy_state``
+shows its state only through outputs, and a wrong recency order or a block
+it wrongly believes pinned shows only when a store happens to need that very
+victim. :class:`Prober` makes it show at once, on a deep copy
+(``copy.deepcopy``) of the manager, leaving the original untouched:
+
+1. optionally *settle* the copy: complete every store and load in flight,
+   so every tracked block is READY;
+2. offer it fresh keys (outside the audit's key universe) one at a time and
+   leave them PENDING, until it refuses: first the free slots fill, then
+   every further offer must evict exactly one READY block, so the victims
+   spell out the manager's whole eviction order, and the first refusal
+   must come exactly when no READY block is left (liveness);
+3. take its events.
+
+Each call goes through a :class:`~kvoffload.stateful.harness.Harness` that
+continues the audit's own (same model, same event history), so the drain is
+checked like any other calls: for ``lru``/``arc`` every victim must be the
+policy model's, for ``any`` every victim READY and the refusal exactly when
+room runs out. A discrepancy in the copy is a discrepancy of the manager:
+the failing sequence is the audit's calls followed by the drain's, and it
+replays on a fresh manager like any other.
+
+A reuse filter in front passes fresh keys on only once they are counted
+``store_threshold`` times: the drain looks each one up that often first.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import Counter
+
+import attrs
+
+from kvoffload.spec.keys import OffloadKey, make_offload_key
+from kvoffload.spec.lifecycle import PhaseKind
+from kvoffload.spec.model import (
+    CompleteLoad,
+    CompleteStore,
+    Lookup,
+    Operation,
+    PrepareStore,
+    TakeEvents,
+)
+from kvoffload.stateful.harness import Harness, core_of
+
+
+class ProbeFailure(Exception):
+    """The drained copy broke the specification: ``harness`` holds the
+    whole call sequence (the audit's, then the probe's), ``error`` what
+    broke."""
+
+    def __init__(self, harness: Harness, error: BaseException) -> None:
+        super().__init__(str(error))
+        self.harness = harness
+        self.error = error
+
+
+def probe_key(index: int) -> OffloadKey:
+    """The ``index``-th fresh key a probe offers (outside the universe)."""
+    return make_offload_key(b"probe%03d" % index, 0)
+
+
+class Prober:
+    """Drains deep copies of the audited manager (see the module docstring).
+
+    ``copyable`` is None until the first attempt, then whether
+    ``copy.deepcopy`` worked; ``probes`` counts drains made.
+    """
+
+    def __init__(self, settle_share: float = 0.5) -> None:
+        self.copyable: bool | None = None
+        self.copy_error: str | None = None
+        self.probes = 0
+        self.settle_share = settle_share
+        self._turn = 0
+
+    def __call__(self, harness: Harness) -> None:
+        if self.copyable is False:
+            return
+        try:
+            clone = copy.deepcopy(harness.manager)
+        except Exception as error:  # noqa: BLE001 - any failure means "cannot copy"
+            self.copyable = False
+            self.copy_error = f"{type(error).__name__}: {error}"
+            return
+        self.copyable = True
+        self._turn += 1
+        settle = (self._turn * self.settle_share) % 1.0 < self.settle_share
+        probe = fork(harness, clone)
+        try:
+            drain(probe, settle=settle)
+        except Exception as error:  # noqa: BLE001 - every failure is a finding
+            raise ProbeFailure(probe, error) from error
+        self.probes += 1
+
+
+def fork(harness: Harness, manager: object) -> Harness:
+    """A harness continuing ``harness`` (model, events seen, trace) over
+    ``manager``, a copy of its manager."""
+    config = attrs.evolve(harness.config, factory=lambda num_blocks: manager)
+    probe = Harness(config, harness.num_blocks)
+    # continue the audit's own state: what the copy is a copy of
+    for name, value in vars(harness).items():
+        if name in ("config", "manager", "observer"):
+            continue
+        setattr(probe, name, copy.copy(value))
+    return probe
+
+
+def _settle(probe: Harness) -> None:
+    core = core_of(probe.model)
+    pending = tuple(k for k, b in core.blocks.items() if b.phase.kind is PhaseKind.PENDING)
+    if pending:
+        probe.step(CompleteStore(pending, True))
+    core = core_of(probe.model)
+    loads: Counter[OffloadKey] = Counter(
+        {k: b.phase.loads for k, b in core.blocks.items() if b.phase.kind is PhaseKind.LOADING}
+    )
+    if loads:
+        probe.step(CompleteLoad(tuple(loads.elements())))
+
+
+def drain(probe: Harness, *, settle: bool) -> None:
+    """Offer fresh keys until the copy refuses; every call is checked."""
+    if settle:
+        _settle(probe)
+    core = core_of(probe.model)
+    ready = sum(1 for b in core.blocks.values() if b.phase.kind is PhaseKind.READY)
+    offers = core.free_count() + ready + 1  # the last one must be refused
+    threshold = getattr(probe.config.reuse_filter, "store_threshold", 0)
+    for index in range(offers):
+        key = probe_key(index)
+        ops: list[Operation] = [Lookup(key)] * threshold
+        ops.append(PrepareStore((key,)))
+        for op in ops:
+            probe.step(op)
+        if core_of(probe.model).phase(key).kind is not PhaseKind.PENDING:
+            break  # refused: liveness was checked by the step
+    probe.step(TakeEvents())
+
+
+__all__ = ["ProbeFailure", "Prober", "drain", "fork", "probe_key"]
