@@ -47,6 +47,7 @@ from kvoffload.spec.model import (
 from kvoffload.spec.invariants import check_state
 from kvoffload.spec.policies import ARCModel, LRUModel
 from kvoffload.spec.reuse import ReuseFilterModel
+from kvoffload.stateful.outputs import EventMetadata, store_slots
 
 Model = Union[ManagerModel, ReuseFilterModel]
 ManagerFactory = Callable[[int], OffloadingManager]
@@ -181,6 +182,14 @@ class Harness:
         self._last_event: dict[OffloadKey, bool] = {}
         self.evicted: list[OffloadKey] = []  # victims so far, oldest first
         self.last_answer: object = None  # the manager's answer to the last lookup_prefix
+        profile = getattr(config, "profile", None)
+        self.metadata = EventMetadata(
+            self.manager,
+            core_of(self.model).medium,
+            carries_block_size=bool(getattr(profile, "event_block_size", True)),
+        )
+        self.slots_known = True  # False once a store's slots were not shown
+        self._unordered: set[tuple[OffloadKey, ...]] = set()  # batches in no set order
         # called after each legal step with (model before, call, model after)
         self.observer: Callable[[Model, Operation, Model], None] | None = None
 
@@ -338,7 +347,11 @@ class Harness:
             raise Discrepancy(
                 "7 store spec", f"prepare_store returned {type(actual).__name__}"
             )
-        slots = slots_of(actual.store_spec)
+        slots = store_slots(
+            self.manager, actual.store_spec, tuple(actual.keys_to_store), self.inspectable
+        )
+        if slots is None:
+            self.slots_known = False  # the model's slots are its own: never compared
         victims = tuple(actual.evicted_keys)
         chosen = PrepareStore(op.keys, victims=victims, slots=slots)
         self._record(
@@ -403,7 +416,10 @@ class Harness:
         self.manager.touch(list(op.keys), self.ctx)
 
     def _reset(self, op: Operation) -> None:
+        queued = len(core_of(self.model).events)
         self._expect(op)
+        if not self.slots_known:  # "ascending slot order" of slots nobody showed
+            self._unordered.update(e.keys for e in core_of(self.model).events[queued:])
         self._record(op)
         self.manager.reset_cache()
 
@@ -428,6 +444,9 @@ class Harness:
         self, actual: Sequence[OffloadingEvent], expected: Sequence[OffloadingEvent]
     ) -> None:
         for event in actual:
+            wrong = self.metadata.check(event)
+            if wrong is not None:
+                raise Discrepancy("6 events", wrong)
             for key in event.keys:
                 last = self._last_event.get(key)
                 if event.removed and last is not True:
@@ -443,6 +462,11 @@ class Harness:
                 self._last_event[key] = not event.removed
         got = [(tuple(e.keys), bool(e.removed)) for e in actual]
         want = [(tuple(e.keys), e.removed) for e in expected]
+        if self._unordered and len(got) == len(want):
+            got = [
+                (w if w[0] in self._unordered and sorted(g[0]) == sorted(w[0]) else g)
+                for g, w in zip(got, want)
+            ]
         if got != want:
             raise Discrepancy(
                 "6 events", f"events {_render_events(got)}, expected {_render_events(want)}"
