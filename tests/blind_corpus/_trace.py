@@ -56,19 +56,24 @@ def run_step(m: OffloadingManager, op: str, idx: Sequence[int]) -> object:
                 tuple(map(_name, out.evicted_keys)),
             )
         if op == "ok":
-            return m.complete_store(keys, CTX, success=True)
+            m.complete_store(keys, CTX, success=True)
+            return None
         if op == "fail":
-            return m.complete_store(keys, CTX, success=False)
+            m.complete_store(keys, CTX, success=False)
+            return None
         if op == "load":
             return _slots(m.prepare_load(keys, CTX))
         if op == "done":
-            return m.complete_load(keys, CTX)
+            m.complete_load(keys, CTX)
+            return None
         if op == "touch":
-            return m.touch(keys, CTX)
+            m.touch(keys, CTX)
+            return None
         if op == "lookup":
             return (m.lookup_prefix(keys, CTX), tuple(m.lookup(k, CTX) for k in keys))
         if op == "reset":
-            return m.reset_cache()
+            m.reset_cache()
+            return None
         if op == "events":
             return tuple(
                 (tuple(map(_name, e.keys)), e.removed, e.medium, e.block_size)
