@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Sequence
+from typing import cast
 
 from kvoffload import (
     BlockIDsLoadStoreSpec,
     IllegalTransitionError,
     LoadStoreSpec,
+    OffloadingEvent,
     OffloadingManager,
     OffloadKey,
     ReqContext,
@@ -101,3 +103,85 @@ def random_script(rng: random.Random, n_keys: int, length: int) -> list[Step]:
         k = rng.randint(1, 3)
         steps.append((op, [rng.randrange(n_keys) for _ in range(k)]))
     return steps
+
+
+def model_check(factory: Factory, num_blocks: int, script: Script, policy: str = "any") -> str | None:
+    """Drive ``kvoffload.spec.model.ManagerModel`` (docs/SPEC.md §8) in
+    lockstep with a manager; the manager's victims and slots are handed to
+    the model, which checks them. The first disagreement, or None."""
+    from kvoffload.spec.model import ManagerModel
+
+    model = ManagerModel.create(num_blocks, policy, enable_events=True)
+    m = factory(num_blocks)
+    for n, (op, idx) in enumerate(script):
+        keys = [K(i) for i in idx]
+        where = f"step {n} {op}{list(idx)}"
+        try:
+            if op == "store":
+                out = m.prepare_store(keys, CTX)
+                if out is None:
+                    model, res = model.prepare_store(keys)
+                    if res is not None:
+                        return f"{where}: refused, model stores {res}"
+                    continue
+                model, res = model.prepare_store(
+                    keys, victims=list(out.evicted_keys), slots=_slots(out.store_spec)
+                )
+                if res is None or tuple(res.keys_to_store) != tuple(out.keys_to_store):
+                    return f"{where}: model {res}, manager {out}"
+                continue
+            m_res: object
+            if op in ("ok", "fail"):
+                exp_exc = _model_exc(lambda: model.complete_store(keys, success=op == "ok"))
+                m_res = _mgr_exc(lambda: m.complete_store(keys, CTX, success=op == "ok"))
+            elif op == "load":
+                exp_exc = _model_exc(lambda: model.prepare_load(keys))
+                m_res = _mgr_exc(lambda: _slots(m.prepare_load(keys, CTX)))
+            elif op == "done":
+                exp_exc = _model_exc(lambda: model.complete_load(keys))
+                m_res = _mgr_exc(lambda: m.complete_load(keys, CTX))
+            elif op == "touch":
+                exp_exc = _model_exc(lambda: model.touch(keys))
+                m_res = _mgr_exc(lambda: m.touch(keys, CTX))
+            elif op == "lookup":
+                exp_exc = _model_exc(lambda: model.lookup_prefix(keys))
+                m_res = _mgr_exc(lambda: m.lookup_prefix(keys, CTX))
+            elif op == "reset":
+                exp_exc = _model_exc(lambda: model.reset_cache())
+                m_res = _mgr_exc(lambda: m.reset_cache())
+            else:
+                exp_exc = _model_exc(lambda: model.take_events())
+                m_res = _mgr_exc(
+                    lambda: tuple((tuple(e.keys), e.removed) for e in m.take_events())
+                )
+            if isinstance(exp_exc, tuple) and exp_exc and exp_exc[0] == "raise":
+                if m_res != exp_exc:
+                    return f"{where}: model {exp_exc}, manager {m_res}"
+                continue
+            model, expected = cast("tuple[ManagerModel, object]", exp_exc)
+            if op == "events":
+                events = cast("tuple[OffloadingEvent, ...]", expected)
+                expected = tuple((tuple(e.keys), e.removed) for e in events)
+            if m_res != expected:
+                return f"{where}: model {expected}, manager {m_res}"
+        except Exception as err:  # noqa: BLE001
+            return f"{where}: {type(err).__name__}: {err}"
+    return None
+
+
+def _model_exc(fn: Callable[[], object]) -> object:
+    from kvoffload import OffloadingError
+
+    try:
+        return fn()
+    except OffloadingError as err:
+        return ("raise", type(err).__name__, getattr(err, "key", None))
+
+
+def _mgr_exc(fn: Callable[[], object]) -> object:
+    from kvoffload import OffloadingError
+
+    try:
+        return fn()
+    except OffloadingError as err:
+        return ("raise", type(err).__name__, getattr(err, "key", None))
