@@ -124,9 +124,12 @@ def model_check(factory: Factory, num_blocks: int, script: Script, policy: str =
                     if res is not None:
                         return f"{where}: refused, model stores {res}"
                     continue
-                model, res = model.prepare_store(
-                    keys, victims=list(out.evicted_keys), slots=_slots(out.store_spec)
-                )
+                if out.keys_to_store or out.evicted_keys or _slots(out.store_spec):
+                    model, res = model.prepare_store(
+                        keys, victims=list(out.evicted_keys), slots=_slots(out.store_spec)
+                    )
+                else:
+                    model, res = model.prepare_store(keys)
                 if res is None or tuple(res.keys_to_store) != tuple(out.keys_to_store):
                     return f"{where}: model {res}, manager {out}"
                 continue
