@@ -77,7 +77,7 @@ def explore(
     docstring); stop at the first failure or after ``time_limit`` seconds."""
     found = Exploration(seed)
     coverage = Coverage(arc=config.policy == "arc")
-    prober = Prober() if probe else None
+    prober = Prober(seed) if probe else None
     deadline = None if time_limit is None else time.perf_counter() + time_limit
     for index in range(runs):
         if deadline is not None and time.perf_counter() > deadline:

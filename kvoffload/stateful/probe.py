@@ -6,8 +6,12 @@ it wrongly believes pinned shows only when a store happens to need that very
 victim. :class:`Prober` makes it show at once, on a deep copy
 (``copy.deepcopy``) of the manager, leaving the original untouched:
 
-1. optionally *settle* the copy: complete every store and load in flight,
-   so every tracked block is READY;
+1. optionally, first: touch keys evicted earlier, one at a time (ghost hits
+   move an ARC target); *settle* the copy (complete every store and load in
+   flight, so every tracked block is READY); *fill* it (store fresh keys
+   into the free slots and touch part of the stored keys, which an ARC
+   promotes) — each at random, so successive probes look from different
+   angles;
 2. offer it fresh keys (outside the audit's key universe) one at a time and
    leave them PENDING, until it refuses: first the free slots fill, then
    every further offer must evict exactly one READY block, so the victims
@@ -30,6 +34,7 @@ A reuse filter in front passes fresh keys on only once they are counted
 from __future__ import annotations
 
 import copy
+import random
 from collections import Counter
 
 import attrs
@@ -43,6 +48,7 @@ from kvoffload.spec.model import (
     Operation,
     PrepareStore,
     TakeEvents,
+    Touch,
 )
 from kvoffload.stateful.harness import Harness, core_of
 
@@ -70,12 +76,11 @@ class Prober:
     ``copy.deepcopy`` worked; ``probes`` counts drains made.
     """
 
-    def __init__(self, settle_share: float = 0.5) -> None:
+    def __init__(self, seed: int = 0) -> None:
         self.copyable: bool | None = None
         self.copy_error: str | None = None
         self.probes = 0
-        self.settle_share = settle_share
-        self._turn = 0
+        self.rng = random.Random(seed)
 
     def __call__(self, harness: Harness) -> None:
         if self.copyable is False:
@@ -87,11 +92,16 @@ class Prober:
             self.copy_error = f"{type(error).__name__}: {error}"
             return
         self.copyable = True
-        self._turn += 1
-        settle = (self._turn * self.settle_share) % 1.0 < self.settle_share
         probe = fork(harness, clone)
+        rng = self.rng
         try:
-            drain(probe, settle=settle)
+            if rng.random() < 0.5:
+                touch_ghosts(probe, rng)
+            if rng.random() < 0.6:
+                settle(probe)
+                if rng.random() < 0.5:
+                    fill(probe, rng)
+            drain(probe)
         except Exception as error:  # noqa: BLE001 - every failure is a finding
             raise ProbeFailure(probe, error) from error
         self.probes += 1
@@ -110,7 +120,8 @@ def fork(harness: Harness, manager: object) -> Harness:
     return probe
 
 
-def _settle(probe: Harness) -> None:
+def settle(probe: Harness) -> None:
+    """Complete every store and load in flight: every tracked key READY."""
     core = core_of(probe.model)
     pending = tuple(k for k, b in core.blocks.items() if b.phase.kind is PhaseKind.PENDING)
     if pending:
@@ -123,23 +134,59 @@ def _settle(probe: Harness) -> None:
         probe.step(CompleteLoad(tuple(loads.elements())))
 
 
-def drain(probe: Harness, *, settle: bool) -> None:
+def touch_ghosts(probe: Harness, rng: random.Random) -> None:
+    """Touch keys evicted earlier and not stored now, one at a time (ghost
+    hits: they move an ARC target, which the drain then shows)."""
+    core = core_of(probe.model)
+    gone = [k for k in dict.fromkeys(probe.evicted) if core.phase(k).kind is PhaseKind.ABSENT]
+    rng.shuffle(gone)
+    for key in gone[: rng.randint(1, max(1, len(gone)))]:
+        probe.step(Touch((key,)))
+
+
+def _offer_fresh(probe: Harness, key: OffloadKey) -> bool:
+    """Offer one fresh key (looked up first so a reuse filter passes it
+    on); whether it is now PENDING."""
+    threshold = getattr(probe.config.reuse_filter, "store_threshold", 0)
+    for _ in range(threshold):
+        probe.step(Lookup(key))
+    probe.step(PrepareStore((key,)))
+    return core_of(probe.model).phase(key).kind is PhaseKind.PENDING
+
+
+def fill(probe: Harness, rng: random.Random) -> None:
+    """Store fresh keys into the free slots, complete them, and touch a
+    random part of the stored keys (an ARC promotes them to T2)."""
+    core = core_of(probe.model)
+    stored = []
+    for index in range(core.free_count()):
+        key = probe_key(FILL_BASE + index)
+        if not _offer_fresh(probe, key):
+            break
+        stored.append(key)
+    if stored:
+        probe.step(CompleteStore(tuple(stored), True))
+    core = core_of(probe.model)
+    ready = [k for k, b in core.blocks.items() if b.phase.kind is PhaseKind.READY]
+    rng.shuffle(ready)
+    chosen = ready[: rng.randint(0, len(ready))]
+    if chosen:
+        probe.step(Touch(tuple(chosen)))
+
+
+FILL_BASE = 500
+"""Fresh keys of :func:`fill` start here; the drain's at 0."""
+
+
+def drain(probe: Harness) -> None:
     """Offer fresh keys until the copy refuses; every call is checked."""
-    if settle:
-        _settle(probe)
     core = core_of(probe.model)
     ready = sum(1 for b in core.blocks.values() if b.phase.kind is PhaseKind.READY)
     offers = core.free_count() + ready + 1  # the last one must be refused
-    threshold = getattr(probe.config.reuse_filter, "store_threshold", 0)
     for index in range(offers):
-        key = probe_key(index)
-        ops: list[Operation] = [Lookup(key)] * threshold
-        ops.append(PrepareStore((key,)))
-        for op in ops:
-            probe.step(op)
-        if core_of(probe.model).phase(key).kind is not PhaseKind.PENDING:
+        if not _offer_fresh(probe, probe_key(index)):
             break  # refused: liveness was checked by the step
     probe.step(TakeEvents())
 
 
-__all__ = ["ProbeFailure", "Prober", "drain", "fork", "probe_key"]
+__all__ = ["ProbeFailure", "Prober", "drain", "fill", "fork", "probe_key", "settle", "touch_ghosts"]

@@ -46,6 +46,7 @@ from kvoffload.spec.model import (
     TakeEvents,
     Touch,
 )
+from kvoffload.spec.policies import ARCModel
 from kvoffload.stateful.harness import Harness, KitConfig, core_of
 
 BAD_KEYS: tuple[object, ...] = (b"", b"abc", "blk00\x00\x00\x00\x00", 7, None)
@@ -126,10 +127,23 @@ def _touch_tracked(run: Run) -> None:
 
 
 def _touch_evicted(run: Run) -> None:
+    """Touch keys evicted earlier: ghost hits for ARC-like policies. Against
+    an ARC model, half the time one ghost whose hit moves the target by a
+    fractional step, when there is one (a state uniform choice rarely
+    builds)."""
     evicted = run.harness.evicted
-    if evicted:
-        recent = list(dict.fromkeys(reversed(evicted)))[:6]
-        run.step(Touch(run.some(recent, 1, 3)))
+    if not evicted:
+        return
+    policy = run.core.policy
+    if isinstance(policy, ARCModel) and run.rng.random() < 0.5:
+        b1, b2 = len(policy.b1), len(policy.b2)
+        fractional = [*(policy.b1 if b1 and b2 % b1 and b2 > b1 else ()),
+                      *(policy.b2 if b2 and b1 % b2 and b1 > b2 else ())]
+        if fractional:
+            run.step(Touch((run.rng.choice(fractional),)))
+            return
+    recent = list(dict.fromkeys(reversed(evicted)))[:6]
+    run.step(Touch(run.some(recent, 1, 3)))
 
 
 def _prepare_store(run: Run) -> None:
@@ -241,13 +255,17 @@ def _illegal_prepare_load(run: Run) -> None:
 
 
 def _illegal_complete_load(run: Run) -> None:
+    """A load completion with no load in flight: a key that is not LOADING,
+    or a LOADING key once more than it has loads (the occurrences of one
+    call count together)."""
     idle = run.of(PhaseKind.ABSENT, PhaseKind.PENDING, PhaseKind.READY)
     loading = run.of(PhaseKind.LOADING)
-    if idle:
+    if loading and (not idle or run.rng.random() < 0.5):
+        key = run.rng.choice(loading)
+        others = tuple(k for k in loading if k != key)[:1]
+        run.step(CompleteLoad((*others, *(key,) * (run.core.phase(key).loads + 1))))
+    elif idle:
         run.step(CompleteLoad((*loading[:1], run.rng.choice(idle))))
-    elif loading:
-        key = loading[0]
-        run.step(CompleteLoad((key,) * (run.core.phase(key).loads + 1)))
 
 
 def _illegal_complete_store(run: Run) -> None:
@@ -341,7 +359,8 @@ def draw_plan(rng: random.Random, config: KitConfig, steps: int) -> RunPlan:
     low, high = config.min_blocks, max(config.min_blocks, min(config.max_blocks, MAX_BLOCKS))
     num_blocks = rng.randint(low, high)
     universe = len(config.keys())
-    num_keys = min(universe, num_blocks + rng.choice((1, 2, 2, 3, 4, 6)))
+    extra = rng.choice((1, 2, 2, 3, 4, 6, 2 * num_blocks, 3 * num_blocks))
+    num_keys = min(universe, num_blocks + extra)
     length = rng.choice((steps // 2, steps, steps, 2 * steps))
     mix = draw_mix(rng, config)
     return RunPlan(num_blocks, max(1, num_keys), max(1, length), tuple(mix.items()))
@@ -372,6 +391,8 @@ def run_plan(
         made += 1
         if probe is not None and probe_every and made % probe_every == 0:
             probe(harness)
+    run.step(TakeEvents())  # however long the queue grew, it is compared
+    made += 1
     if probe is not None:
         probe(harness)
     return made
