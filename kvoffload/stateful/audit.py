@@ -91,7 +91,7 @@ def audit(
     supports_reset: bool = True,
     stateful_step_count: int | None = None,
     max_blocks: int = 8,
-    num_keys: int = 12,
+    num_keys: int = 16,
     name: str | None = None,
     factory_import: str | None = None,
 ) -> AuditReport:

@@ -114,7 +114,7 @@ def fork(harness: Harness, manager: object) -> Harness:
     probe = Harness(config, harness.num_blocks)
     # continue the audit's own state: what the copy is a copy of
     for name, value in vars(harness).items():
-        if name in ("config", "manager", "observer"):
+        if name in ("config", "manager"):
             continue
         setattr(probe, name, copy.copy(value))
     return probe

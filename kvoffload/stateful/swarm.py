@@ -151,8 +151,13 @@ def _prepare_store(run: Run) -> None:
 
 
 def _store_new(run: Run) -> None:
-    """Offer only untracked keys: the store must evict when full."""
+    """Offer only untracked keys: the store must evict when full. Half the
+    time only keys never evicted, so the ghosts of evicted ones stay (ARC's
+    B1/B2 grow)."""
     absent = run.of(PhaseKind.ABSENT)
+    if run.rng.random() < 0.5:
+        gone = set(run.harness.evicted)
+        absent = [k for k in absent if k not in gone] or absent
     if absent:
         run.store(run.subset(absent))
 
@@ -184,7 +189,7 @@ def _complete_store(run: Run) -> None:
     core = run.core
     live = [k for k in batch if core.phase(k).kind is PhaseKind.PENDING]
     run.rng.shuffle(live)
-    count = run.rng.randint(0, len(live))
+    count = run.rng.randint(0, len(live)) if run.rng.random() < 0.5 else len(live)
     success = run.rng.random() < 0.8
     done, rest = tuple(live[:count]), tuple(live[count:])
     run.step(CompleteStore(done, success))
@@ -304,7 +309,7 @@ ACTIONS: tuple[SwarmAction, ...] = (
     SwarmAction("store_chain", 6, _store_chain),
     SwarmAction("store_and_complete", 10, _store_and_complete),
     SwarmAction("empty_offer", 1, _empty_offer),
-    SwarmAction("complete_store", 14, _complete_store),
+    SwarmAction("complete_store", 18, _complete_store),
     SwarmAction("complete_store_again", 3, _complete_store_again),
     SwarmAction("prepare_load", 10, _prepare_load),
     SwarmAction("empty_load", 1, _empty_load),
@@ -380,7 +385,7 @@ def run_plan(
     """Make ``plan.steps`` calls on ``harness``; the number of calls made.
     Raises what :meth:`Harness.step` raises (a :class:`Discrepancy`, or the
     manager's own exception)."""
-    keys = harness.keys[: plan.num_keys]
+    harness.keys = keys = harness.keys[: plan.num_keys]  # the others stay ABSENT
     run = Run(harness, rng, keys)
     names = [name for name, _ in plan.mix]
     weights = [weight for _, weight in plan.mix]
