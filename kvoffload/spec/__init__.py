@@ -50,17 +50,19 @@ __all__ = [
     "validate_offload_key",
 ]
 
-# The formal model (issue 3): lifecycle diagram, manager/policy/filter models,
+# The formal model: lifecycle diagram, manager/policy/filter models,
 # invariants.
-from kvoffload.spec.invariants import Step, Violation, check_state, check_step
+from kvoffload.spec.invariants import Invariant, Step, Violation, check_state, check_step
 from kvoffload.spec.lifecycle import render_mermaid
 from kvoffload.spec.model import ManagerModel, SpecViolation, StoreResult
-from kvoffload.spec.policies import AnyPolicyModel, ARCModel, LRUModel
+from kvoffload.spec.policies import POLICY_NAMES, AnyPolicyModel, ARCModel, LRUModel
 from kvoffload.spec.reuse import ReuseFilterModel
 
 __all__ += [
     "ARCModel",
     "AnyPolicyModel",
+    "Invariant",
+    "POLICY_NAMES",
     "LRUModel",
     "ManagerModel",
     "ReuseFilterModel",

@@ -15,7 +15,7 @@ from typing import cast
 
 
 from kvoffload.spec.contract import OffloadingManager
-from kvoffload.stateful.audit import AuditReport, audit
+from kvoffload.stateful.auditing import AuditReport, audit
 from kvoffload.stateful.harness import POLICIES, ReuseFilterParams
 from kvoffload.stateful.legacy import LegacyManagerAdapter
 from kvoffload.stateful.targets import BUILTIN_TARGETS, BuiltinTarget

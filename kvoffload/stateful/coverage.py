@@ -139,7 +139,9 @@ class Coverage:
         before, after = _core(before_model), _core(after_model)
         count = self.counts
         if isinstance(op, PrepareStore):
-            self._store(before, after, op.keys)
+            passed = getattr(before_model, "passed_keys", None)
+            keys = tuple(passed(op.keys)) if callable(passed) else op.keys
+            self._store(before, after, keys)
         elif isinstance(op, CompleteStore):
             call = Call.COMPLETE_STORE_OK if op.success else Call.COMPLETE_STORE_FAILED
             for key in dedup(op.keys):

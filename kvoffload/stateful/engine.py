@@ -43,6 +43,7 @@ from collections.abc import Callable, Sequence
 
 import attrs
 
+from kvoffload.spec.invariants import Invariant
 from kvoffload.spec.keys import OffloadKey
 from kvoffload.spec.lifecycle import PhaseKind
 from kvoffload.spec.model import (
@@ -57,7 +58,7 @@ from kvoffload.spec.model import (
 )
 from kvoffload.stateful.harness import Discrepancy, Harness, _keys, core_of
 
-REPEATED_PROMPT = "protocol: repeated prompt offloaded"
+REPEATED_PROMPT = Invariant.REPEATED_PROMPT
 
 
 @attrs.define

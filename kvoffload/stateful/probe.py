@@ -39,6 +39,8 @@ from collections import Counter
 
 import attrs
 
+from kvoffload.spec.contract import OffloadingManager
+
 from kvoffload.spec.keys import OffloadKey, make_offload_key
 from kvoffload.spec.lifecycle import PhaseKind
 from kvoffload.spec.model import (
@@ -107,7 +109,7 @@ class Prober:
         self.probes += 1
 
 
-def fork(harness: Harness, manager: object) -> Harness:
+def fork(harness: Harness, manager: OffloadingManager) -> Harness:
     """A harness continuing ``harness`` (model, events seen, trace) over
     ``manager``, a copy of its manager."""
     config = attrs.evolve(harness.config, factory=lambda num_blocks: manager)

@@ -177,6 +177,16 @@ def _store_and_complete(run: Run) -> None:
         run.step(CompleteStore(stored, True))
 
 
+def _counted_store(run: Run) -> None:
+    """Look keys up as often as a reuse filter needs to pass them on, then
+    offer them (what an engine's repeated requests do)."""
+    keys = run.subset(run.keys)
+    reuse = run.harness.config.reuse_filter
+    for _ in range(reuse.store_threshold if reuse is not None else 1):
+        run.step(LookupPrefix(keys))
+    run.store(keys)
+
+
 def _empty_offer(run: Run) -> None:
     run.step(PrepareStore(()))
 
@@ -287,20 +297,22 @@ def _illegal_prepare_store(run: Run) -> None:
 
 @attrs.frozen
 class SwarmAction:
-    """A kind of call the driver makes: its name, base weight (0-100),
-    and whether it is an illegal call (made only for managers that promise
-    to reject them) or needs ``reset_cache``."""
+    """A kind of call the driver makes: its name, base weight (another one
+    for reuse filters, which pass keys on only once counted), and whether
+    it is an illegal call (made only for managers that promise to reject
+    them) or needs ``reset_cache``."""
 
     name: str
     weight: int
     act: Action
     illegal: bool = False
     needs_reset: bool = False
+    filter_weight: int | None = None  # the base weight when auditing a reuse filter
 
 
 ACTIONS: tuple[SwarmAction, ...] = (
-    SwarmAction("lookup", 4, _lookup),
-    SwarmAction("lookup_prefix", 4, _lookup_prefix),
+    SwarmAction("lookup", 4, _lookup, filter_weight=8),
+    SwarmAction("lookup_prefix", 4, _lookup_prefix, filter_weight=8),
     SwarmAction("touch", 4, _touch),
     SwarmAction("touch_tracked", 8, _touch_tracked),
     SwarmAction("touch_evicted", 6, _touch_evicted),
@@ -308,6 +320,7 @@ ACTIONS: tuple[SwarmAction, ...] = (
     SwarmAction("store_new", 10, _store_new),
     SwarmAction("store_chain", 6, _store_chain),
     SwarmAction("store_and_complete", 10, _store_and_complete),
+    SwarmAction("counted_store", 3, _counted_store, filter_weight=12),
     SwarmAction("empty_offer", 1, _empty_offer),
     SwarmAction("complete_store", 18, _complete_store),
     SwarmAction("complete_store_again", 3, _complete_store_again),
@@ -340,7 +353,10 @@ def draw_mix(rng: random.Random, config: KitConfig) -> dict[str, int]:
             continue
         if rng.random() < p_off and action.name not in _CORE:
             continue
-        mix[action.name] = action.weight * rng.choice((1, 1, 2, 4))
+        weight = action.weight
+        if config.reuse_filter is not None and action.filter_weight is not None:
+            weight = action.filter_weight
+        mix[action.name] = weight * rng.choice((1, 1, 2, 4))
     if not _CORE & mix.keys():  # pragma: no cover - _CORE is never switched off
         mix["store_new"] = 10
     return mix
@@ -366,6 +382,10 @@ def draw_plan(rng: random.Random, config: KitConfig, steps: int) -> RunPlan:
     universe = len(config.keys())
     extra = rng.choice((1, 2, 2, 3, 4, 6, 2 * num_blocks, 3 * num_blocks))
     num_keys = min(universe, num_blocks + extra)
+    reuse = config.reuse_filter
+    if reuse is not None and rng.random() < 0.5:
+        # a stored key's count must be able to leave a small table
+        num_keys = min(universe, max(num_keys, reuse.max_tracker_size + rng.randint(1, 3)))
     length = rng.choice((steps // 2, steps, steps, 2 * steps))
     mix = draw_mix(rng, config)
     return RunPlan(num_blocks, max(1, num_keys), max(1, length), tuple(mix.items()))

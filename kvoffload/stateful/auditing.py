@@ -14,6 +14,7 @@ from collections.abc import Callable
 import attrs
 
 from kvoffload.spec.contract import OffloadingManager
+from kvoffload.spec.invariants import Invariant
 from kvoffload.stateful.harness import (
     Discrepancy,
     KitConfig,
@@ -44,7 +45,7 @@ class AuditReport:
     examples: int
     steps: int
     seconds: float
-    invariant: str | None = None
+    invariant: Invariant | None = None
     key: object = None
     message: str | None = None
     script: str | None = None
@@ -160,10 +161,12 @@ def audit(
         replayed, shrunk_failure = replay(config, num_blocks, ops)
         if shrunk_failure is not None and failure_kind(shrunk_failure) == kind:
             harness, failure = replayed, shrunk_failure
+    check: str | None = None
     if isinstance(failure, Discrepancy):
         invariant, key, message = failure.invariant, failure.key, str(failure)
+        check = failure.check
     else:
-        invariant, key = "no crash", None
+        invariant, key = Invariant.CRASH, None
         message = f"the manager raised {type(failure).__name__}: {failure}"
     trace = harness.trace if harness is not None else []
     script = render_script(
@@ -172,6 +175,7 @@ def audit(
         num_keys=num_keys,
         factory_import=factory_import,
         failure=message,
+        check=check,
     )
     return attrs.evolve(
         passed,
