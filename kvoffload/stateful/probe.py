@@ -47,11 +47,12 @@ from kvoffload.spec.model import (
     CompleteLoad,
     CompleteStore,
     Lookup,
-    Operation,
+    LookupPrefix,
     PrepareStore,
     TakeEvents,
     Touch,
 )
+from kvoffload.spec.policies import ARCModel
 from kvoffload.stateful.harness import Harness, core_of
 
 
@@ -103,7 +104,7 @@ class Prober:
                 settle(probe)
                 if rng.random() < 0.5:
                     fill(probe, rng)
-            drain(probe)
+            drain(probe, batch=rng.random() < 0.5)
         except Exception as error:  # noqa: BLE001 - every failure is a finding
             raise ProbeFailure(probe, error) from error
         self.probes += 1
@@ -137,12 +138,24 @@ def settle(probe: Harness) -> None:
 
 
 def touch_ghosts(probe: Harness, rng: random.Random) -> None:
-    """Touch keys evicted earlier and not stored now, one at a time (ghost
-    hits: they move an ARC target, which the drain then shows)."""
+    """Touch keys evicted earlier and not stored now, one at a time: a few
+    the policy still remembers (ARC's ghosts: hits move its target, which
+    the drain then shows), and every one it has forgotten (a ghost list
+    trimmed to capacity), whose touch must change nothing."""
     core = core_of(probe.model)
     gone = [k for k in dict.fromkeys(probe.evicted) if core.phase(k).kind is PhaseKind.ABSENT]
-    rng.shuffle(gone)
-    for key in gone[: rng.randint(1, max(1, len(gone)))]:
+    policy = core.policy
+    remembered = set(getattr(policy, "b1", ())) | set(getattr(policy, "b2", ()))
+    if not isinstance(policy, ARCModel):
+        remembered = set(gone)
+    ghosts = [k for k in gone if k in remembered]
+    forgotten = [k for k in gone if k not in remembered]
+    rng.shuffle(ghosts)
+    rng.shuffle(forgotten)
+    # hits first: a target moved off zero makes a forgotten key's touch show
+    most = min(3, len(ghosts)) if forgotten else len(ghosts)
+    hits = ghosts[: rng.randint(1, most)] if ghosts else []
+    for key in [*hits, *forgotten]:
         probe.step(Touch((key,)))
 
 
@@ -180,14 +193,27 @@ FILL_BASE = 500
 """Fresh keys of :func:`fill` start here; the drain's at 0."""
 
 
-def drain(probe: Harness) -> None:
-    """Offer fresh keys until the copy refuses; every call is checked."""
+def drain(probe: Harness, batch: bool = False) -> None:
+    """Offer fresh keys until the copy refuses; every call is checked.
+
+    One at a time (each offer evicts one block), or, with ``batch``, all
+    the keys that fit in one offer: its victims are then chosen in one
+    call, so the order shows where the policy switches lists (an ARC's
+    target), followed by one more key, which must be refused."""
     core = core_of(probe.model)
     ready = sum(1 for b in core.blocks.values() if b.phase.kind is PhaseKind.READY)
     offers = core.free_count() + ready + 1  # the last one must be refused
-    for index in range(offers):
-        if not _offer_fresh(probe, probe_key(index)):
-            break  # refused: liveness was checked by the step
+    if batch and offers > 2:
+        keys = tuple(probe_key(index) for index in range(offers - 1))
+        threshold = getattr(probe.config.reuse_filter, "store_threshold", 0)
+        for _ in range(threshold):
+            probe.step(LookupPrefix(keys))
+        probe.step(PrepareStore(keys))
+        _offer_fresh(probe, probe_key(offers - 1))
+    else:
+        for index in range(offers):
+            if not _offer_fresh(probe, probe_key(index)):
+                break  # refused: liveness was checked by the step
     probe.step(TakeEvents())
 
 
