@@ -76,6 +76,9 @@ class HookedManager(OffloadingManager, abc.ABC):
     def _reset_announced(self) -> list[OffloadKey]:
         return sorted((k for k, r in self.refs.items() if r >= 0), key=self.slots.__getitem__)
 
+    def _check_keys(self, keys: Collection[object]) -> list[OffloadKey]:
+        return validated(keys)
+
     # -- contract --------------------------------------------------------
     def lookup(self, key: OffloadKey, req_context: ReqContext) -> bool:
         return isinstance(key, bytes) and self.refs.get(key, -1) >= 0
@@ -91,7 +94,7 @@ class HookedManager(OffloadingManager, abc.ABC):
     def prepare_store(
         self, keys: Collection[OffloadKey], req_context: ReqContext
     ) -> PrepareStoreOutput | None:
-        offered = dedup(validated(keys))
+        offered = dedup(self._check_keys(keys))
         new = [k for k in offered if k not in self.refs]
         if not new:
             return PrepareStoreOutput((), cpu_spec([]), ())

@@ -246,6 +246,15 @@ class DoubleFreeOnFailure(ClockSlab):
         self.recycled.append(slot)  # slip: the slot is freed twice
 
 
+class PrefixCountsAllHits(ClockSlab):
+    def lookup_prefix(self, keys: Iterable[OffloadKey], req_context: ReqContext) -> int:
+        return sum(self.lookup(k, req_context) for k in keys)  # slip: not a prefix
+
+
+def make_prefix_counts_all_hits(num_blocks: int) -> OffloadingManager:
+    return PrefixCountsAllHits(num_blocks)
+
+
 def make_single_pass(num_blocks: int) -> OffloadingManager:
     return SinglePass(num_blocks)
 

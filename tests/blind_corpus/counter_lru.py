@@ -109,9 +109,7 @@ class TimestampLRU(OffloadingManager):
         self, keys: Collection[OffloadKey], req_context: ReqContext, success: bool = True
     ) -> None:
         uniq = dedup(as_key(k) for k in keys)
-        missing = next((k for k in uniq if k not in self.blocks), None)
-        if missing is not None:
-            raise illegal(missing, ABSENT, store_call(success))
+        self._check_tracked(uniq, success)
         pending = [k for k in uniq if self.blocks[k].ref < 0]
         if success:
             for key in pending:
@@ -120,6 +118,11 @@ class TimestampLRU(OffloadingManager):
         else:
             for key in pending:
                 self.free_stack.append(self.blocks.pop(key).slot)
+
+    def _check_tracked(self, uniq: list[OffloadKey], success: bool) -> None:
+        missing = next((k for k in uniq if k not in self.blocks), None)
+        if missing is not None:
+            raise illegal(missing, ABSENT, store_call(success))
 
     def _check_loadable(self, key: OffloadKey) -> None:
         block = self.blocks.get(key)
@@ -235,6 +238,28 @@ class EmptyStoredEvent(TimestampLRU):
 class TouchSkipsPending(TimestampLRU):
     def _touchable(self, block: Block) -> bool:
         return block.ref >= 0  # slip: only stored blocks get their tick bumped
+
+
+class StoreCompletesBeforeChecking(TimestampLRU):
+    def complete_store(
+        self, keys: Collection[OffloadKey], req_context: ReqContext, success: bool = True
+    ) -> None:
+        done: list[OffloadKey] = []
+        for key in dedup(as_key(k) for k in keys):  # slip: one pass, raising midway
+            block = self.blocks.get(key)
+            if block is None:
+                raise illegal(key, ABSENT, store_call(success))
+            if block.ref < 0 and success:
+                block.ref = 0
+                done.append(key)
+            elif block.ref < 0:
+                self.free_stack.append(self.blocks.pop(key).slot)
+        if success:
+            self._announce(done)
+
+
+def make_store_completes_before_checking(num_blocks: int) -> OffloadingManager:
+    return StoreCompletesBeforeChecking(num_blocks)
 
 
 def make_evicts_loading(num_blocks: int) -> OffloadingManager:

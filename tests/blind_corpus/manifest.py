@@ -24,6 +24,7 @@ class Entry:
     factory: str  # "module.path:function", takes num_blocks
     policy: Policy
     reuse_threshold: int | None = None
+    tracker_size: int | None = None  # --tracker-size (reuse filters with a small table)
     flags: tuple[str, ...] = field(default=())
     defect: str | None = None  # None: a correct manager
     rule: str | None = None
@@ -37,6 +38,8 @@ class Entry:
         args = ["--target", self.factory, "--policy", self.policy]
         if self.reuse_threshold is not None:
             args += ["--reuse-threshold", str(self.reuse_threshold)]
+        if self.tracker_size is not None:
+            args += ["--tracker-size", str(self.tracker_size)]
         return args + list(self.flags)
 
 
@@ -54,24 +57,26 @@ CORRECT: list[Entry] = [
     Entry("arc4", "four-list ARC", _f("arc4", "make"), "arc"),
     Entry("reuse_gate", "own reuse filter over CPUOffloadingManager", _f("reuse_gate", "make"), "lru", 2),
     Entry("reuse_gate3", "own reuse filter, threshold 3", _f("reuse_gate", "make_threshold3"), "lru", 3),
+    Entry("reuse_gate_small", "own reuse filter, 3-entry table", _f("reuse_gate", "make_small_table"), "lru", 2, 3),
     Entry("fifo_core", "FIFO CachePolicy in OffloadingManagerCore", _f("plugged_core", "make_fifo"), "any"),
     Entry("stack_backend_lru", "own Backend under LRUOffloadingManager", _f("plugged_core", "make_stack_lru"), "lru"),
     Entry("stack_backend_arc", "own Backend + ARCCachePolicy in the core", _f("plugged_core", "make_stack_arc"), "arc"),
 ]
 
-_TWIN_POLICY: dict[str, tuple[str, Policy, int | None]] = {
-    e.name: (e.design, e.policy, e.reuse_threshold) for e in CORRECT
+_TWIN_POLICY: dict[str, tuple[str, Policy, int | None, int | None]] = {
+    e.name: (e.design, e.policy, e.reuse_threshold, e.tracker_size) for e in CORRECT
 }
 
 
 def _d(twin: str, module: str, fn: str, defect: str, rule: str) -> Entry:
-    design, policy, threshold = _TWIN_POLICY[twin]
+    design, policy, threshold, tracker = _TWIN_POLICY[twin]
     return Entry(
         name=f"{twin}.{fn.removeprefix('make_')}",
         design=design,
         factory=_f(module, fn),
         policy=policy,
         reuse_threshold=threshold,
+        tracker_size=tracker,
         defect=defect,
         rule=rule,
         twin=twin,
@@ -98,6 +103,8 @@ DEFECTS: list[Entry] = [
        "complete_store(success=True) moves the key to the MRU end", "§4 complete_store (recency unchanged)"),
     _d("odict_lru", "odict_lru", "make_events_not_drained",
        "take_events returns the queue without emptying it", "§4 take_events / inv. 6 events_taken"),
+    _d("odict_lru", "odict_lru", "make_failure_drops_ready",
+       "complete_store(success=False) also drops READY keys", "§3 table (READY: no-op) / inv. 2, 6"),
     # B: timestamp LRU
     _d("counter_lru", "counter_lru", "make_evicts_loading",
        "LOADING blocks are eligible victims (ref >= 0)", "§2 evictable / inv. 2"),
@@ -115,6 +122,8 @@ DEFECTS: list[Entry] = [
        "complete_store emits a stored event even when no key was PENDING", "§4 complete_store: at least one such key / inv. 6"),
     _d("counter_lru", "counter_lru", "make_touch_skips_pending",
        "touch ignores PENDING keys", "§6 LRU touch: each tracked key (any phase)"),
+    _d("counter_lru", "counter_lru", "make_store_completes_before_checking",
+       "complete_store marks earlier keys READY, then raises on an untracked one", "§4 complete_store Pre: no change"),
     # C: heap LRU
     _d("heap_lru", "heap_lru", "make_free_list_fifo",
        "freed slots reused oldest first", "§4 Post 2 (LIFO) / inv. 7"),
@@ -130,6 +139,8 @@ DEFECTS: list[Entry] = [
        "a failed store never returns its slot", "§4 complete_store failure / inv. 1, 5"),
     _d("heap_lru", "heap_lru", "make_stale_heap_entries",
        "stale heap entries of a touched key are taken as live: it is evicted by its old tick", "§6 LRU victims"),
+    _d("heap_lru", "heap_lru", "make_removed_event_reversed",
+       "removed events list their keys reversed (eviction order, and reset's slot order)", "§4 Post 1 / reset_cache order"),
     # D: CLOCK slab
     _d("clock_slab", "clock_slab", "make_single_pass",
        "the sweep stops after one revolution: refuses when every eligible block is referenced", "§4 liveness / inv. 5"),
@@ -143,6 +154,8 @@ DEFECTS: list[Entry] = [
        "complete_store(success=True) re-announces READY/LOADING keys", "§3 table (no-op) / inv. 6"),
     _d("clock_slab", "clock_slab", "make_double_free_on_failure",
        "a failed store frees its slot twice: the slot is handed to two keys", "inv. 1 capacity (distinct slots)"),
+    _d("clock_slab", "clock_slab", "make_prefix_counts_all_hits",
+       "lookup_prefix counts every readable key, not the prefix", "§4 lookup_prefix"),
     # E: four-list ARC
     _d("arc4", "arc4", "make_ghosts_not_trimmed",
        "ghost lists are never trimmed to capacity", "§6 ARC trim / inv. 0"),
@@ -179,6 +192,12 @@ DEFECTS: list[Entry] = [
        "invalid keys are dropped silently instead of InvalidKeyError", "§7 validate every key"),
     _d("reuse_gate", "reuse_gate", "make_lookup_not_counted",
        "lookup (single key) does not count", "§7 lookup records the key"),
+    _d("reuse_gate_small", "reuse_gate", "make_small_forgets_protection",
+       "stored offered keys below threshold not passed on (small table: reachable)", "§7 protection rule / inv. 3"),
+    _d("reuse_gate_small", "reuse_gate", "make_small_drops_newest",
+       "a full table drops its most recent entry", "§7 recording a key"),
+    _d("reuse_gate_small", "reuse_gate", "make_small_recount_keeps_place",
+       "recounting a key does not move it to the MRU end", "§7 recording a key"),
     # G: FIFO CachePolicy in the library core
     _d("fifo_core", "plugged_core", "make_fifo_ignores_protected",
        "evict ignores the protected (offered) keys", "inv. 3 / CachePolicy.evict contract"),
@@ -193,6 +212,8 @@ DEFECTS: list[Entry] = [
        "touch appends a record but does not mark it latest", "§6 LRU touch"),
     _d("log_lru", "log_lru", "make_compaction_forgets_renumber",
        "compaction renumbers records without updating last[]", "§6 LRU / inv. 5"),
+    _d("log_lru", "log_lru", "make_rejects_bare_group_keys",
+       "rejects 4-byte keys (len <= 4 for < 4)", "§1 Key: at least 4 bytes"),
     # I: random victims
     _d("random_any", "random_any", "make_draws_with_replacement",
        "victims drawn with replacement: the same key twice, crash mid-eviction", "inv. 5 (distinct victims) / §4"),

@@ -125,7 +125,7 @@ class OrderedDictLRU(OffloadingManager):
         for key in uniq:
             if key not in self.table:
                 raise self._missing_on_complete_store(key, success)
-        pending = [k for k in uniq if self.table[k].ref == -1]
+        pending = self._pending_of(uniq, success)
         if success:
             for key in pending:
                 self.table[key].ref = 0
@@ -136,6 +136,9 @@ class OrderedDictLRU(OffloadingManager):
             for key in pending:
                 self.pool.give(self.table.pop(key).slot)
             self._after_failed_store(pending)
+
+    def _pending_of(self, uniq: list[OffloadKey], success: bool) -> list[OffloadKey]:
+        return [k for k in uniq if self.table[k].ref == -1]
 
     def _after_failed_store(self, keys: list[OffloadKey]) -> None:
         """A failed store is never announced."""
@@ -209,6 +212,9 @@ class TouchForward(OrderedDictLRU):
 
 
 class FailedStoreAnnounced(OrderedDictLRU):
+    def _pending_of(self, uniq: list[OffloadKey], success: bool) -> list[OffloadKey]:
+        return [k for k in uniq if self.table[k].ref == -1]
+
     def _after_failed_store(self, keys: list[OffloadKey]) -> None:
         if keys:
             self._emit(keys, removed=False)  # slip: announces a failed store
@@ -245,6 +251,17 @@ class StoreCompletionRefreshes(OrderedDictLRU):
 class EventsNotDrained(OrderedDictLRU):
     def take_events(self) -> Iterable[OffloadingEvent]:
         return list(self.events)  # slip: the queue is not emptied
+
+
+class FailureDropsReady(OrderedDictLRU):
+    def _pending_of(self, uniq: list[OffloadKey], success: bool) -> list[OffloadKey]:
+        if success:
+            return [k for k in uniq if self.table[k].ref == -1]
+        return [k for k in uniq if self.table[k].ref <= 0]  # slip: a failure also drops READY keys
+
+
+def make_failure_drops_ready(num_blocks: int) -> OffloadingManager:
+    return FailureDropsReady(num_blocks)
 
 
 def make_refuses_at_exact_fit(num_blocks: int) -> OffloadingManager:

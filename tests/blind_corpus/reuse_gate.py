@@ -117,12 +117,36 @@ def make_threshold3(num_blocks: int) -> OffloadingManager:
     return ReuseGate(_lru(num_blocks), threshold=3)
 
 
+SMALL_TABLE = 3
+
+
+def make_small_table(num_blocks: int) -> OffloadingManager:
+    return ReuseGate(_lru(num_blocks), threshold=2, table_size=SMALL_TABLE)
+
+
 # -- defective twins -------------------------------------------------------
 
 
 class ForgetsProtection(ReuseGate):
     def _passed(self, offered: list[OffloadKey], req_context: ReqContext) -> list[OffloadKey]:
         return [k for k in offered if self._reused(k)]  # slip: stored keys not passed on
+
+
+class DropsNewestWhenFull(ReuseGate):
+    def _record(self, key: OffloadKey) -> None:
+        if key not in self.counts and len(self.counts) >= self.table_size:
+            self.counts.popitem()  # slip: drops the most recently seen entry
+            self.counts[key] = 1
+            return
+        super()._record(key)
+
+
+class RecountKeepsPlace(ReuseGate):
+    def _record(self, key: OffloadKey) -> None:
+        if key in self.counts:
+            self.counts[key] += 1  # slip: a recount does not refresh its place
+            return
+        super()._record(key)
 
 
 class PrefixStopsAtMiss(ReuseGate):
@@ -190,3 +214,15 @@ def make_validates_passed_only(num_blocks: int) -> OffloadingManager:
 
 def make_lookup_not_counted(num_blocks: int) -> OffloadingManager:
     return LookupNotCounted(_lru(num_blocks))
+
+
+def make_small_forgets_protection(num_blocks: int) -> OffloadingManager:
+    return ForgetsProtection(_lru(num_blocks), table_size=SMALL_TABLE)
+
+
+def make_small_drops_newest(num_blocks: int) -> OffloadingManager:
+    return DropsNewestWhenFull(_lru(num_blocks), table_size=SMALL_TABLE)
+
+
+def make_small_recount_keeps_place(num_blocks: int) -> OffloadingManager:
+    return RecountKeepsPlace(_lru(num_blocks), table_size=SMALL_TABLE)

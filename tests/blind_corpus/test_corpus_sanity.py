@@ -25,9 +25,10 @@ from kvoffload import (
     OffloadKey,
     Phase,
     PhaseKind,
+    make_offload_key,
 )
 
-from . import reuse_gate
+from . import log_lru, reuse_gate
 from ._trace import CTX, K, Factory, Script, model_check, random_script, trace
 from .manifest import CORRECT, DEFECTS, MANIFEST, Entry
 
@@ -45,7 +46,8 @@ A, B, C, D, E, F, X = 0, 1, 2, 3, 4, 5, 6
 
 # name -> (num_blocks, script) on which the defect's trace differs from its
 # twin's. The ARC ones and a few others are derived by hand (comments); the
-# short ones are minimal sequences.
+# short ones are minimal sequences. A "lookup" step calls lookup_prefix(keys)
+# and then lookup(k) per key, so a reuse filter counts each key twice.
 WITNESSES: dict[str, tuple[int, Script]] = {
     "odict_lru.refuses_at_exact_fit": (1, [('store', [0]), ('ok', [0]), ('store', [1])]),
     "odict_lru.protects_only_new": (1, [('store', [3, 3]), ('ok', [3]), ('store', [3, 0])]),
@@ -92,7 +94,23 @@ WITNESSES: dict[str, tuple[int, Script]] = {
     "random_any.draws_with_replacement": (4, [('store', [1, 3, 4]), ('store', [2]), ('ok', [4, 1, 2]), ('store', [3, 5, 0])]),
     "stack_backend_lru.backend_fifo_free": (3, [('store', [1, 0, 2]), ('fail', [0, 2, 1]), ('store', [0, 2, 0])]),
     "stack_backend_lru.backend_undercounts": (2, [('store', [1, 0])]),
-    "stack_backend_lru.backend_resetless": (2, [('store', [0]), ('reset', [1, 3]), ('store', [2, 1, 1])]),    # prepare_load must not bump recency: A stays least recent.
+    "stack_backend_lru.backend_resetless": (2, [('store', [0]), ('reset', [1, 3]), ('store', [2, 1, 1])]),    "odict_lru.failure_drops_ready": (2, [("store", [A, B]), ("ok", [A, B]), ("fail", [A]), ("lookup", [A, B])]),
+    "counter_lru.store_completes_before_checking": (1, [("store", [B]), ("fail", [B, A]), ("ok", [B])]),
+    # victims (A, B) in eviction order, in the event too
+    "heap_lru.removed_event_reversed": (2, [("store", [A, B]), ("ok", [A, B]), ("store", [C, D])]),
+    "clock_slab.prefix_counts_all_hits": (2, [("store", [D, C]), ("ok", [D]), ("lookup", [A, D])]),
+    # 3-entry table: the stored key A falls out of the table, yet stays protected
+    "reuse_gate_small.small_forgets_protection": (1, [
+        ("lookup", [A, A]), ("store", [A]), ("ok", [A]), ("lookup", [B, B, C, D]),
+        ("store", [B, A])]),
+    # 3-entry table: D (count 2) must be the one dropped when C arrives; the
+    # twin refuses B, A (both reused, one slot), the slip keeps D and stores it
+    "reuse_gate_small.small_drops_newest": (1, [("lookup", [D]), ("lookup", [B, A, C]), ("store", [B, A, D])]),
+    # recounting must refresh a key's place in the table, which decides what
+    # the 3-entry table drops, hence which offered keys reach the threshold
+    "reuse_gate_small.small_recount_keeps_place": (1, [
+        ("lookup", [B, C]), ("lookup", [D]), ("lookup", [B, A, C]), ("store", [B, A, D])]),
+    # prepare_load must not bump recency: A stays least recent.
     "counter_lru.load_refreshes": (2, [("store", [A, B]), ("ok", [A, B]), ("load", [A]), ("done", [A]), ("store", [C])]),
     # B is trimmed from B1 (capacity 2); touching it twice must not move the target.
     "arc4.ghosts_not_trimmed": (2, [
@@ -134,7 +152,11 @@ WITNESSES: dict[str, tuple[int, Script]] = {
 }
 
 # Defects whose witness needs keys outside the script language: own tests below.
-SPECIAL = {"reuse_gate.forgets_protection", "reuse_gate.validates_passed_only"}
+SPECIAL = {
+    "reuse_gate.forgets_protection",
+    "reuse_gate.validates_passed_only",
+    "log_lru.rejects_bare_group_keys",
+}
 
 
 # -- the manifest ----------------------------------------------------------
@@ -205,6 +227,37 @@ def test_reuse_validates_every_key() -> None:
     bad.prepare_store([K(A), OffloadKey(b"ab")], CTX)  # no error: the slip
 
 
+def test_four_byte_key_is_valid() -> None:
+    bare = make_offload_key(b"", 7)  # an empty hash and a group index: 4 bytes
+    for factory, ok in ((log_lru.make, True), (log_lru.make_rejects_bare_group_keys, False)):
+        m = factory(1)
+        if ok:
+            out = m.prepare_store([bare], CTX)
+            assert out is not None and out.keys_to_store == (bare,)
+        else:
+            with pytest.raises(InvalidKeyError):
+                m.prepare_store([bare], CTX)
+
+
+def test_reuse_worked_example() -> None:
+    # docs/SPEC.md §7 example: threshold 2, table size 2, LRU backing with 1 slot
+    lib_backing = CPUOffloadingManager(16, 1, cache_policy="lru", enable_events=True)
+    mine = reuse_gate.ReuseGate(
+        CPUOffloadingManager(16, 1, cache_policy="lru", enable_events=True), 2, table_size=2
+    )
+    lib = FilterReusedOffloadingManager(lib_backing, store_threshold=2, max_tracker_size=2)
+    for m in (mine, lib):
+        assert m.lookup_prefix([K(A), K(B), K(A)], CTX) == 0
+        out = m.prepare_store([K(A), K(B)], CTX)
+        assert out is not None and out.keys_to_store == (K(A),)
+        m.complete_store([K(A)], CTX)
+        assert m.lookup_prefix([K(C), K(B), K(C), K(B)], CTX) == 0
+        assert m.prepare_store([K(B), K(A)], CTX) is None
+        out = m.prepare_store([K(B)], CTX)
+        assert out is not None and out.evicted_keys == (K(A),)
+        assert list(out.store_spec.block_ids) == [0]  # type: ignore[attr-defined]
+
+
 # -- correct managers ------------------------------------------------------
 
 LRU_EXAMPLE: Script = [  # docs/SPEC.md §6, LRU worked example (2 slots)
@@ -222,9 +275,13 @@ def _reference(entry: Entry) -> Factory | None:
     if entry.reuse_threshold is not None:
         threshold = entry.reuse_threshold
 
+        size = entry.tracker_size or 64000
+
         def filt(n: int) -> OffloadingManager:
             backing = CPUOffloadingManager(16, n, cache_policy="lru", enable_events=True)
-            return FilterReusedOffloadingManager(backing, store_threshold=threshold)
+            return FilterReusedOffloadingManager(
+                backing, store_threshold=threshold, max_tracker_size=size
+            )
 
         return filt
     if entry.policy in ("lru", "arc"):
