@@ -6,6 +6,7 @@ from collections.abc import Iterable
 
 from kvoffload import (
     Call,
+    ConfigurationError,
     CPULoadStoreSpec,
     IllegalTransitionError,
     OffloadingEvent,
@@ -100,3 +101,16 @@ class SlotPool:
     def reset(self) -> None:
         self.fresh = 0
         self.freed = []
+
+
+def check_size(num_blocks: object) -> int:
+    """``num_blocks`` as a positive int, else ConfigurationError."""
+    if (
+        not isinstance(num_blocks, int)
+        or isinstance(num_blocks, bool)
+        or num_blocks < 1
+    ):
+        raise ConfigurationError(
+            f"num_blocks must be a positive int, not {num_blocks!r}"
+        )
+    return num_blocks

@@ -20,7 +20,19 @@ from kvoffload import (
     ReqContext,
 )
 
-from ._common import ABSENT, PENDING, as_key, cpu_spec, dedup, event, illegal, phase_of_ref, store_call, validated
+from ._common import (
+    ABSENT,
+    PENDING,
+    as_key,
+    check_size,
+    cpu_spec,
+    dedup,
+    event,
+    illegal,
+    phase_of_ref,
+    store_call,
+    validated,
+)
 
 
 @dataclass
@@ -32,7 +44,7 @@ class Block:
 
 class TimestampLRU(OffloadingManager):
     def __init__(self, num_blocks: int) -> None:
-        self.num_blocks = num_blocks
+        self.num_blocks = check_size(num_blocks)
         self.blocks: dict[OffloadKey, Block] = {}
         self.never_used: list[int] = list(range(num_blocks))
         self.next_unused = 0
@@ -106,7 +118,10 @@ class TimestampLRU(OffloadingManager):
             self.queue.append(event(stored, removed=False))
 
     def complete_store(
-        self, keys: Collection[OffloadKey], req_context: ReqContext, success: bool = True
+        self,
+        keys: Collection[OffloadKey],
+        req_context: ReqContext,
+        success: bool = True,
     ) -> None:
         uniq = dedup(as_key(k) for k in keys)
         self._check_tracked(uniq, success)
@@ -141,10 +156,14 @@ class TimestampLRU(OffloadingManager):
             slots.append(block.slot)
         return slots
 
-    def prepare_load(self, keys: Collection[OffloadKey], req_context: ReqContext) -> LoadStoreSpec:
+    def prepare_load(
+        self, keys: Collection[OffloadKey], req_context: ReqContext
+    ) -> LoadStoreSpec:
         return cpu_spec(self._pin([as_key(k) for k in keys]))
 
-    def complete_load(self, keys: Collection[OffloadKey], req_context: ReqContext) -> None:
+    def complete_load(
+        self, keys: Collection[OffloadKey], req_context: ReqContext
+    ) -> None:
         seq = [as_key(k) for k in keys]
         taken: dict[OffloadKey, int] = {}
         for key in seq:
@@ -242,7 +261,10 @@ class TouchSkipsPending(TimestampLRU):
 
 class StoreCompletesBeforeChecking(TimestampLRU):
     def complete_store(
-        self, keys: Collection[OffloadKey], req_context: ReqContext, success: bool = True
+        self,
+        keys: Collection[OffloadKey],
+        req_context: ReqContext,
+        success: bool = True,
     ) -> None:
         done: list[OffloadKey] = []
         for key in dedup(as_key(k) for k in keys):  # slip: one pass, raising midway
