@@ -135,9 +135,9 @@ class TimestampLRU(OffloadingManager):
                 self.free_stack.append(self.blocks.pop(key).slot)
 
     def _check_tracked(self, uniq: list[OffloadKey], success: bool) -> None:
-        missing = next((k for k in uniq if k not in self.blocks), None)
-        if missing is not None:
-            raise illegal(missing, ABSENT, store_call(success))
+        for key in uniq:
+            if key not in self.blocks:
+                raise illegal(key, ABSENT, store_call(success))
 
     def _check_loadable(self, key: OffloadKey) -> None:
         block = self.blocks.get(key)
