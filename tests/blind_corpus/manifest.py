@@ -192,6 +192,13 @@ DEFECTS: list[Entry] = [
         "complete_store(success=False) also drops READY keys",
         "§3 table (READY: no-op) / inv. 2, 6",
     ),
+    _d(
+        "odict_lru",
+        "odict_lru",
+        "make_filters_after_slicing",
+        "takes the `need` oldest keys, then drops pinned/offered ones: refuses when room exists",
+        "§4 liveness / inv. 5",
+    ),
     # B: timestamp LRU
     _d(
         "counter_lru",
@@ -614,6 +621,13 @@ DEFECTS: list[Entry] = [
         "make_backend_fifo_free",
         "backend reuses freed slots oldest first",
         "§4 Post 2 (LIFO)",
+    ),
+    _d(
+        "stack_backend_lru",
+        "plugged_core",
+        "make_backend_ready_on_allocate",
+        "backend hands out blocks with ref_cnt 0 (READY) instead of -1 (PENDING)",
+        "Backend.allocate_blocks (new PENDING blocks) / §2 PENDING",
     ),
     _d(
         "stack_backend_lru",

@@ -214,6 +214,19 @@ class RefusesAtExactFit(OrderedDictLRU):
         return eligible > need  # slip: '>' where '>=' is meant
 
 
+class FiltersAfterSlicing(OrderedDictLRU):
+    def _evict(self, need: int, protected: set[OffloadKey]) -> list[OffloadKey] | None:
+        oldest = list(self.table)[
+            :need
+        ]  # slip: slices first, then drops pinned/offered
+        victims = [k for k in oldest if self.table[k].ref == 0 and k not in protected]
+        if len(victims) < need:
+            return None
+        for key in victims:
+            self.pool.give(self.table.pop(key).slot)
+        return victims
+
+
 class ProtectsOnlyNewKeys(OrderedDictLRU):
     def _protected(
         self, offered: list[OffloadKey], new: list[OffloadKey]
@@ -317,3 +330,7 @@ def make_store_completion_refreshes(num_blocks: int) -> OffloadingManager:
 
 def make_events_not_drained(num_blocks: int) -> OffloadingManager:
     return EventsNotDrained(num_blocks)
+
+
+def make_filters_after_slicing(num_blocks: int) -> OffloadingManager:
+    return FiltersAfterSlicing(num_blocks)

@@ -164,6 +164,14 @@ class FifoStackBackend(StackBackend):
         return self.stack.pop(0)  # slip: oldest freed slot first
 
 
+class ReadyOnAllocateBackend(StackBackend):
+    def allocate_blocks(self, keys: Sequence[OffloadKey]) -> list[BlockStatus]:
+        blocks = super().allocate_blocks(keys)
+        for block in blocks:
+            block.ref_cnt = 0  # slip: a new block starts out READY, not PENDING
+        return blocks
+
+
 class UndercountingBackend(StackBackend):
     def get_num_free_blocks(self) -> int:
         return (
@@ -212,4 +220,10 @@ def make_backend_undercounts(num_blocks: int) -> OffloadingManager:
 def make_backend_resetless(num_blocks: int) -> OffloadingManager:
     return LRUOffloadingManager(
         ResetlessBackend(BLOCK_SIZE, num_blocks), enable_events=True
+    )
+
+
+def make_backend_ready_on_allocate(num_blocks: int) -> OffloadingManager:
+    return LRUOffloadingManager(
+        ReadyOnAllocateBackend(BLOCK_SIZE, num_blocks), enable_events=True
     )

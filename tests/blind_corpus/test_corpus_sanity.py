@@ -21,6 +21,7 @@ from kvoffload import (
     FilterReusedOffloadingManager,
     IllegalTransitionError,
     InvalidKeyError,
+    OffloadingError,
     OffloadingManager,
     OffloadKey,
     Phase,
@@ -344,6 +345,16 @@ WITNESSES: dict[str, tuple[int, Script]] = {
             ("lookup", [B, A, C]),
             ("store", [B, A, D]),
         ],
+    ),
+    # A, the oldest, is loading: the victim is B, the next oldest
+    "odict_lru.filters_after_slicing": (
+        2,
+        [("store", [A, B]), ("ok", [A, B]), ("load", [A]), ("store", [C])],
+    ),
+    # a freshly offered key is not readable before its store completes
+    "stack_backend_lru.backend_ready_on_allocate": (
+        2,
+        [("store", [A]), ("lookup", [A])],
     ),
     # prepare_load must not bump recency: A stays least recent.
     "counter_lru.load_refreshes": (
@@ -857,6 +868,8 @@ def test_correct_manager_typed_errors_change_nothing(entry: Entry) -> None:
     with pytest.raises(IllegalTransitionError) as err:
         m.complete_load([K(A), K(A)], CTX)
     assert err.value.key == K(A) and err.value.phase == Phase(PhaseKind.READY)
+    with pytest.raises(OffloadingError):
+        m.complete_load([123], CTX)  # type: ignore[list-item]  # a malformed key
     with pytest.raises(IllegalTransitionError) as err:
         m.complete_store([K(A), K(C)], CTX, success=False)
     assert err.value.key == K(C) and err.value.phase == Phase(PhaseKind.ABSENT)
