@@ -625,9 +625,9 @@ DEFECTS: list[Entry] = [
     _d(
         "stack_backend_lru",
         "plugged_core",
-        "make_backend_ready_on_allocate",
-        "backend hands out blocks with ref_cnt 0 (READY) instead of -1 (PENDING)",
-        "Backend.allocate_blocks (new PENDING blocks) / §2 PENDING",
+        "make_backend_sorted_spec",
+        "backend's load/store spec lists the slots sorted, not in key order",
+        "§4 prepare_load (slots in call order) / inv. 7",
     ),
     _d(
         "stack_backend_lru",

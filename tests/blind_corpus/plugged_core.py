@@ -164,12 +164,12 @@ class FifoStackBackend(StackBackend):
         return self.stack.pop(0)  # slip: oldest freed slot first
 
 
-class ReadyOnAllocateBackend(StackBackend):
-    def allocate_blocks(self, keys: Sequence[OffloadKey]) -> list[BlockStatus]:
-        blocks = super().allocate_blocks(keys)
-        for block in blocks:
-            block.ref_cnt = 0  # slip: a new block starts out READY, not PENDING
-        return blocks
+class SortedSpecBackend(StackBackend):
+    def get_load_store_spec(
+        self, keys: Sequence[OffloadKey], blocks: Sequence[BlockStatus]
+    ) -> CPULoadStoreSpec:
+        # slip: the slots are sorted, as if the worker wanted them ascending
+        return CPULoadStoreSpec(sorted(b.block_id for b in blocks))
 
 
 class UndercountingBackend(StackBackend):
@@ -223,7 +223,7 @@ def make_backend_resetless(num_blocks: int) -> OffloadingManager:
     )
 
 
-def make_backend_ready_on_allocate(num_blocks: int) -> OffloadingManager:
+def make_backend_sorted_spec(num_blocks: int) -> OffloadingManager:
     return LRUOffloadingManager(
-        ReadyOnAllocateBackend(BLOCK_SIZE, num_blocks), enable_events=True
+        SortedSpecBackend(BLOCK_SIZE, num_blocks), enable_events=True
     )
