@@ -351,10 +351,10 @@ WITNESSES: dict[str, tuple[int, Script]] = {
         2,
         [("store", [A, B]), ("ok", [A, B]), ("load", [A]), ("store", [C])],
     ),
-    # a freshly offered key is not readable before its store completes
-    "stack_backend_lru.backend_ready_on_allocate": (
+    # the load spec names the slots in call order: (1, 0)
+    "stack_backend_lru.backend_sorted_spec": (
         2,
-        [("store", [A]), ("lookup", [A])],
+        [("store", [A, B]), ("ok", [A, B]), ("load", [B, A])],
     ),
     # prepare_load must not bump recency: A stays least recent.
     "counter_lru.load_refreshes": (
