@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import cast
 
 from kvoffload import (
     Call,
+    ConfigurationError,
     CPULoadStoreSpec,
     IllegalTransitionError,
     OffloadingEvent,
@@ -54,11 +56,11 @@ def validated(keys: Iterable[object]) -> list[OffloadKey]:
 
 
 def as_key(key: object) -> OffloadKey:
-    """A key for a phase lookup: any ``bytes`` (short ones are simply
-    untracked); anything else raises InvalidKeyError."""
-    if isinstance(key, bytes):
-        return OffloadKey(key)
-    return validate_offload_key(key)
+    """A key as given to a phase lookup. Anything that is not a tracked key
+    (a malformed one included) is simply ABSENT there, as docs/SPEC.md §4
+    words the pre-conditions ("every key is tracked, else
+    IllegalTransitionError(key, ABSENT, ...)")."""
+    return cast(OffloadKey, key)
 
 
 def store_call(success: bool) -> Call:
@@ -100,3 +102,16 @@ class SlotPool:
     def reset(self) -> None:
         self.fresh = 0
         self.freed = []
+
+
+def check_size(num_blocks: object) -> int:
+    """``num_blocks`` as a positive int, else ConfigurationError."""
+    if (
+        not isinstance(num_blocks, int)
+        or isinstance(num_blocks, bool)
+        or num_blocks < 1
+    ):
+        raise ConfigurationError(
+            f"num_blocks must be a positive int, not {num_blocks!r}"
+        )
+    return num_blocks

@@ -2,6 +2,7 @@
 
 Used by the heap, append-only-log and random designs. Phases live in a
 ``refs`` dict (-1 pending, 0 ready, n loads) and slots in a ``slots`` dict.
+These managers implement the optional ``InspectableManager`` protocol.
 """
 
 from __future__ import annotations
@@ -15,18 +16,31 @@ from kvoffload import (
     OffloadingEvent,
     OffloadingManager,
     OffloadKey,
+    Phase,
     PrepareStoreOutput,
     ReqContext,
 )
 
-from ._common import ABSENT, SlotPool, as_key, cpu_spec, dedup, event, illegal, phase_of_ref, store_call, validated
+from ._common import (
+    ABSENT,
+    SlotPool,
+    as_key,
+    check_size,
+    cpu_spec,
+    dedup,
+    event,
+    illegal,
+    phase_of_ref,
+    store_call,
+    validated,
+)
 
 Eligible = Callable[[OffloadKey], bool]
 
 
 class HookedManager(OffloadingManager, abc.ABC):
     def __init__(self, num_blocks: int) -> None:
-        self.num_blocks = num_blocks
+        self.num_blocks = check_size(num_blocks)
         self.refs: dict[OffloadKey, int] = {}
         self.slots: dict[OffloadKey, int] = {}
         self.pool = self._make_pool(num_blocks)
@@ -74,7 +88,19 @@ class HookedManager(OffloadingManager, abc.ABC):
         return remaining
 
     def _reset_announced(self) -> list[OffloadKey]:
-        return sorted((k for k, r in self.refs.items() if r >= 0), key=self.slots.__getitem__)
+        return sorted(
+            (k for k, r in self.refs.items() if r >= 0), key=self.slots.__getitem__
+        )
+
+    def _check_keys(self, keys: Collection[object]) -> list[OffloadKey]:
+        return validated(keys)
+
+    # -- InspectableManager (pure queries) --------------------------------
+    def phase(self, key: OffloadKey) -> Phase:
+        return phase_of_ref(self.refs.get(key))
+
+    def slot_of(self, key: OffloadKey) -> int | None:
+        return self.slots.get(key)
 
     # -- contract --------------------------------------------------------
     def lookup(self, key: OffloadKey, req_context: ReqContext) -> bool:
@@ -91,7 +117,7 @@ class HookedManager(OffloadingManager, abc.ABC):
     def prepare_store(
         self, keys: Collection[OffloadKey], req_context: ReqContext
     ) -> PrepareStoreOutput | None:
-        offered = dedup(validated(keys))
+        offered = dedup(self._check_keys(keys))
         new = [k for k in offered if k not in self.refs]
         if not new:
             return PrepareStoreOutput((), cpu_spec([]), ())
@@ -117,7 +143,10 @@ class HookedManager(OffloadingManager, abc.ABC):
         return PrepareStoreOutput(tuple(new), cpu_spec(slots), tuple(victims))
 
     def complete_store(
-        self, keys: Collection[OffloadKey], req_context: ReqContext, success: bool = True
+        self,
+        keys: Collection[OffloadKey],
+        req_context: ReqContext,
+        success: bool = True,
     ) -> None:
         uniq = dedup(as_key(k) for k in keys)
         for key in uniq:
@@ -132,7 +161,9 @@ class HookedManager(OffloadingManager, abc.ABC):
         if success and pending:
             self.pending_events.append(event(pending, removed=False))
 
-    def prepare_load(self, keys: Collection[OffloadKey], req_context: ReqContext) -> LoadStoreSpec:
+    def prepare_load(
+        self, keys: Collection[OffloadKey], req_context: ReqContext
+    ) -> LoadStoreSpec:
         seq = [as_key(k) for k in keys]
         for key in seq:
             ref = self.refs.get(key)
@@ -142,7 +173,9 @@ class HookedManager(OffloadingManager, abc.ABC):
             self.refs[key] += 1
         return cpu_spec(self.slots[k] for k in seq)
 
-    def complete_load(self, keys: Collection[OffloadKey], req_context: ReqContext) -> None:
+    def complete_load(
+        self, keys: Collection[OffloadKey], req_context: ReqContext
+    ) -> None:
         self.refs.update(self._check_unloads([as_key(k) for k in keys]))
 
     def touch(self, keys: Collection[OffloadKey], req_context: ReqContext) -> None:

@@ -16,12 +16,14 @@ from kvoffload import (
     BlockIDsLoadStoreSpec,
     IllegalTransitionError,
     LoadStoreSpec,
+    OffloadingError,
     OffloadingEvent,
     OffloadingManager,
     OffloadKey,
     ReqContext,
     make_offload_key,
 )
+from kvoffload.spec.model import ManagerModel
 
 Step = tuple[str, Sequence[int]]
 Script = Sequence[Step]
@@ -105,12 +107,12 @@ def random_script(rng: random.Random, n_keys: int, length: int) -> list[Step]:
     return steps
 
 
-def model_check(factory: Factory, num_blocks: int, script: Script, policy: str = "any") -> str | None:
+def model_check(
+    factory: Factory, num_blocks: int, script: Script, policy: str = "any"
+) -> str | None:
     """Drive ``kvoffload.spec.model.ManagerModel`` (docs/SPEC.md §8) in
     lockstep with a manager; the manager's victims and slots are handed to
     the model, which checks them. The first disagreement, or None."""
-    from kvoffload.spec.model import ManagerModel
-
     model = ManagerModel.create(num_blocks, policy, enable_events=True)
     m = factory(num_blocks)
     for n, (op, idx) in enumerate(script):
@@ -126,37 +128,17 @@ def model_check(factory: Factory, num_blocks: int, script: Script, policy: str =
                     continue
                 if out.keys_to_store or out.evicted_keys or _slots(out.store_spec):
                     model, res = model.prepare_store(
-                        keys, victims=list(out.evicted_keys), slots=_slots(out.store_spec)
+                        keys,
+                        victims=list(out.evicted_keys),
+                        slots=_slots(out.store_spec),
                     )
                 else:
                     model, res = model.prepare_store(keys)
                 if res is None or tuple(res.keys_to_store) != tuple(out.keys_to_store):
                     return f"{where}: model {res}, manager {out}"
                 continue
-            m_res: object
-            if op in ("ok", "fail"):
-                exp_exc = _model_exc(lambda: model.complete_store(keys, success=op == "ok"))
-                m_res = _mgr_exc(lambda: m.complete_store(keys, CTX, success=op == "ok"))
-            elif op == "load":
-                exp_exc = _model_exc(lambda: model.prepare_load(keys))
-                m_res = _mgr_exc(lambda: _slots(m.prepare_load(keys, CTX)))
-            elif op == "done":
-                exp_exc = _model_exc(lambda: model.complete_load(keys))
-                m_res = _mgr_exc(lambda: m.complete_load(keys, CTX))
-            elif op == "touch":
-                exp_exc = _model_exc(lambda: model.touch(keys))
-                m_res = _mgr_exc(lambda: m.touch(keys, CTX))
-            elif op == "lookup":
-                exp_exc = _model_exc(lambda: model.lookup_prefix(keys))
-                m_res = _mgr_exc(lambda: m.lookup_prefix(keys, CTX))
-            elif op == "reset":
-                exp_exc = _model_exc(lambda: model.reset_cache())
-                m_res = _mgr_exc(lambda: m.reset_cache())
-            else:
-                exp_exc = _model_exc(lambda: model.take_events())
-                m_res = _mgr_exc(
-                    lambda: tuple((tuple(e.keys), e.removed) for e in m.take_events())
-                )
+            exp_exc = _model_call(model, op, keys)
+            m_res = _manager_call(m, op, keys)
             if isinstance(exp_exc, tuple) and exp_exc and exp_exc[0] == "raise":
                 if m_res != exp_exc:
                     return f"{where}: model {exp_exc}, manager {m_res}"
@@ -172,19 +154,45 @@ def model_check(factory: Factory, num_blocks: int, script: Script, policy: str =
     return None
 
 
-def _model_exc(fn: Callable[[], object]) -> object:
-    from kvoffload import OffloadingError
+def _raised(err: OffloadingError) -> tuple[str, str, object]:
+    return ("raise", type(err).__name__, getattr(err, "key", None))
 
+
+def _model_call(model: ManagerModel, op: str, keys: list[OffloadKey]) -> object:
     try:
-        return fn()
+        if op in ("ok", "fail"):
+            return model.complete_store(keys, success=op == "ok")
+        if op == "load":
+            return model.prepare_load(keys)
+        if op == "done":
+            return model.complete_load(keys)
+        if op == "touch":
+            return model.touch(keys)
+        if op == "lookup":
+            return model.lookup_prefix(keys)
+        if op == "reset":
+            return model.reset_cache()
+        return model.take_events()
     except OffloadingError as err:
-        return ("raise", type(err).__name__, getattr(err, "key", None))
+        return _raised(err)
 
 
-def _mgr_exc(fn: Callable[[], object]) -> object:
-    from kvoffload import OffloadingError
-
+def _manager_call(m: OffloadingManager, op: str, keys: list[OffloadKey]) -> object:
     try:
-        return fn()
+        if op in ("ok", "fail"):
+            m.complete_store(keys, CTX, success=op == "ok")
+        elif op == "load":
+            return _slots(m.prepare_load(keys, CTX))
+        elif op == "done":
+            m.complete_load(keys, CTX)
+        elif op == "touch":
+            m.touch(keys, CTX)
+        elif op == "lookup":
+            return m.lookup_prefix(keys, CTX)
+        elif op == "reset":
+            m.reset_cache()
+        else:
+            return tuple((tuple(e.keys), e.removed) for e in m.take_events())
     except OffloadingError as err:
-        return ("raise", type(err).__name__, getattr(err, "key", None))
+        return _raised(err)
+    return None

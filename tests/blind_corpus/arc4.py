@@ -1,6 +1,7 @@
 """Design E: ARC with four OrderedDicts (T1, T2, B1, B2), as docs/SPEC.md §6.
 
 Key table: ``key -> [slot, ref]``. Slots: a fresh counter and a LIFO stack.
+Implements the optional ``InspectableManager`` protocol.
 """
 
 from __future__ import annotations
@@ -14,18 +15,30 @@ from kvoffload import (
     OffloadingEvent,
     OffloadingManager,
     OffloadKey,
+    Phase,
     PrepareStoreOutput,
     ReqContext,
 )
 
-from ._common import ABSENT, as_key, cpu_spec, dedup, event, illegal, phase_of_ref, store_call, validated
+from ._common import (
+    ABSENT,
+    as_key,
+    check_size,
+    cpu_spec,
+    dedup,
+    event,
+    illegal,
+    phase_of_ref,
+    store_call,
+    validated,
+)
 
 List = OrderedDict[OffloadKey, None]
 
 
 class FourListARC(OffloadingManager):
     def __init__(self, num_blocks: int) -> None:
-        self.capacity = num_blocks
+        self.capacity = check_size(num_blocks)
         self.table: dict[OffloadKey, list[int]] = {}  # key -> [slot, ref]
         self.t1: List = OrderedDict()
         self.t2: List = OrderedDict()
@@ -78,7 +91,9 @@ class FourListARC(OffloadingManager):
             return key, second is self.t1
         return None
 
-    def _victims(self, need: int, protected: set[OffloadKey]) -> list[tuple[OffloadKey, bool]] | None:
+    def _victims(
+        self, need: int, protected: set[OffloadKey]
+    ) -> list[tuple[OffloadKey, bool]] | None:
         virtual_t1 = len(self.t1)
         chosen: list[tuple[OffloadKey, bool]] = []
         taken: set[OffloadKey] = set()
@@ -135,6 +150,15 @@ class FourListARC(OffloadingManager):
             lst.clear()
         self.target = 0.0
 
+    # -- InspectableManager (pure queries) --------------------------------
+    def phase(self, key: OffloadKey) -> Phase:
+        entry = self.table.get(key)
+        return phase_of_ref(None if entry is None else entry[1])
+
+    def slot_of(self, key: OffloadKey) -> int | None:
+        entry = self.table.get(key)
+        return None if entry is None else entry[0]
+
     # -- contract --------------------------------------------------------
     def lookup(self, key: OffloadKey, req_context: ReqContext) -> bool:
         entry = self.table.get(key) if isinstance(key, bytes) else None
@@ -177,7 +201,10 @@ class FourListARC(OffloadingManager):
         return PrepareStoreOutput(tuple(new), cpu_spec(slots), tuple(evicted))
 
     def complete_store(
-        self, keys: Collection[OffloadKey], req_context: ReqContext, success: bool = True
+        self,
+        keys: Collection[OffloadKey],
+        req_context: ReqContext,
+        success: bool = True,
     ) -> None:
         uniq = dedup(as_key(k) for k in keys)
         for key in uniq:
@@ -194,17 +221,25 @@ class FourListARC(OffloadingManager):
             self.freed.append(self.table.pop(key)[0])
             self._forget_failed(key)
 
-    def prepare_load(self, keys: Collection[OffloadKey], req_context: ReqContext) -> LoadStoreSpec:
+    def prepare_load(
+        self, keys: Collection[OffloadKey], req_context: ReqContext
+    ) -> LoadStoreSpec:
         seq = [as_key(k) for k in keys]
         for key in seq:
             entry = self.table.get(key)
             if entry is None or entry[1] < 0:
-                raise illegal(key, phase_of_ref(None if entry is None else entry[1]), Call.PREPARE_LOAD)
+                raise illegal(
+                    key,
+                    phase_of_ref(None if entry is None else entry[1]),
+                    Call.PREPARE_LOAD,
+                )
         for key in seq:
             self.table[key][1] += 1
         return cpu_spec(self.table[k][0] for k in seq)
 
-    def complete_load(self, keys: Collection[OffloadKey], req_context: ReqContext) -> None:
+    def complete_load(
+        self, keys: Collection[OffloadKey], req_context: ReqContext
+    ) -> None:
         seq = [as_key(k) for k in keys]
         after: dict[OffloadKey, int] = {}
         for key in seq:

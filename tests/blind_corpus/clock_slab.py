@@ -23,7 +23,17 @@ from kvoffload import (
     ReqContext,
 )
 
-from ._common import ABSENT, as_key, dedup, event, illegal, phase_of_ref, store_call, validated
+from ._common import (
+    ABSENT,
+    as_key,
+    check_size,
+    dedup,
+    event,
+    illegal,
+    phase_of_ref,
+    store_call,
+    validated,
+)
 
 
 class SlabSpec(BlockIDsLoadStoreSpec):
@@ -36,7 +46,7 @@ class SlabSpec(BlockIDsLoadStoreSpec):
 
 class ClockSlab(OffloadingManager):
     def __init__(self, num_blocks: int) -> None:
-        self.n = num_blocks
+        self.n = check_size(num_blocks)
         self.slab: list[OffloadKey | None] = [None] * num_blocks
         self.state: dict[OffloadKey, list[int]] = {}  # key -> [slot, ref, referenced]
         self.hand = 0
@@ -75,7 +85,12 @@ class ClockSlab(OffloadingManager):
                 break
             key = self.slab[hand]
             hand = (hand + 1) % self.n
-            if key is None or key in protected or key in victims or self.state[key][1] != 0:
+            if (
+                key is None
+                or key in protected
+                or key in victims
+                or self.state[key][1] != 0
+            ):
                 continue
             if bits[key]:
                 bits[key] = 0
@@ -136,7 +151,10 @@ class ClockSlab(OffloadingManager):
         self._release(key)
 
     def complete_store(
-        self, keys: Collection[OffloadKey], req_context: ReqContext, success: bool = True
+        self,
+        keys: Collection[OffloadKey],
+        req_context: ReqContext,
+        success: bool = True,
     ) -> None:
         uniq = dedup(as_key(k) for k in keys)
         for key in uniq:
@@ -151,7 +169,9 @@ class ClockSlab(OffloadingManager):
                 if self.state[key][1] == -1:
                     self._fail(key)
 
-    def prepare_load(self, keys: Collection[OffloadKey], req_context: ReqContext) -> LoadStoreSpec:
+    def prepare_load(
+        self, keys: Collection[OffloadKey], req_context: ReqContext
+    ) -> LoadStoreSpec:
         seq = [as_key(k) for k in keys]
         for key in seq:
             entry = self.state.get(key)
@@ -165,7 +185,9 @@ class ClockSlab(OffloadingManager):
     def _unload(self, key: OffloadKey, times: int) -> None:
         self.state[key][1] -= times
 
-    def complete_load(self, keys: Collection[OffloadKey], req_context: ReqContext) -> None:
+    def complete_load(
+        self, keys: Collection[OffloadKey], req_context: ReqContext
+    ) -> None:
         seq = [as_key(k) for k in keys]
         used: dict[OffloadKey, int] = {}
         for key in seq:
@@ -244,6 +266,15 @@ class DoubleFreeOnFailure(ClockSlab):
         slot = self.state[key][0]
         self._release(key)
         self.recycled.append(slot)  # slip: the slot is freed twice
+
+
+class PrefixCountsAllHits(ClockSlab):
+    def lookup_prefix(self, keys: Iterable[OffloadKey], req_context: ReqContext) -> int:
+        return sum(self.lookup(k, req_context) for k in keys)  # slip: not a prefix
+
+
+def make_prefix_counts_all_hits(num_blocks: int) -> OffloadingManager:
+    return PrefixCountsAllHits(num_blocks)
 
 
 def make_single_pass(num_blocks: int) -> OffloadingManager:

@@ -20,7 +20,19 @@ from kvoffload import (
     ReqContext,
 )
 
-from ._common import ABSENT, PENDING, as_key, cpu_spec, dedup, event, illegal, phase_of_ref, store_call, validated
+from ._common import (
+    ABSENT,
+    PENDING,
+    as_key,
+    check_size,
+    cpu_spec,
+    dedup,
+    event,
+    illegal,
+    phase_of_ref,
+    store_call,
+    validated,
+)
 
 
 @dataclass
@@ -32,7 +44,7 @@ class Block:
 
 class TimestampLRU(OffloadingManager):
     def __init__(self, num_blocks: int) -> None:
-        self.num_blocks = num_blocks
+        self.num_blocks = check_size(num_blocks)
         self.blocks: dict[OffloadKey, Block] = {}
         self.never_used: list[int] = list(range(num_blocks))
         self.next_unused = 0
@@ -106,12 +118,13 @@ class TimestampLRU(OffloadingManager):
             self.queue.append(event(stored, removed=False))
 
     def complete_store(
-        self, keys: Collection[OffloadKey], req_context: ReqContext, success: bool = True
+        self,
+        keys: Collection[OffloadKey],
+        req_context: ReqContext,
+        success: bool = True,
     ) -> None:
         uniq = dedup(as_key(k) for k in keys)
-        missing = next((k for k in uniq if k not in self.blocks), None)
-        if missing is not None:
-            raise illegal(missing, ABSENT, store_call(success))
+        self._check_tracked(uniq, success)
         pending = [k for k in uniq if self.blocks[k].ref < 0]
         if success:
             for key in pending:
@@ -120,6 +133,11 @@ class TimestampLRU(OffloadingManager):
         else:
             for key in pending:
                 self.free_stack.append(self.blocks.pop(key).slot)
+
+    def _check_tracked(self, uniq: list[OffloadKey], success: bool) -> None:
+        for key in uniq:
+            if key not in self.blocks:
+                raise illegal(key, ABSENT, store_call(success))
 
     def _check_loadable(self, key: OffloadKey) -> None:
         block = self.blocks.get(key)
@@ -138,10 +156,14 @@ class TimestampLRU(OffloadingManager):
             slots.append(block.slot)
         return slots
 
-    def prepare_load(self, keys: Collection[OffloadKey], req_context: ReqContext) -> LoadStoreSpec:
+    def prepare_load(
+        self, keys: Collection[OffloadKey], req_context: ReqContext
+    ) -> LoadStoreSpec:
         return cpu_spec(self._pin([as_key(k) for k in keys]))
 
-    def complete_load(self, keys: Collection[OffloadKey], req_context: ReqContext) -> None:
+    def complete_load(
+        self, keys: Collection[OffloadKey], req_context: ReqContext
+    ) -> None:
         seq = [as_key(k) for k in keys]
         taken: dict[OffloadKey, int] = {}
         for key in seq:
@@ -235,6 +257,31 @@ class EmptyStoredEvent(TimestampLRU):
 class TouchSkipsPending(TimestampLRU):
     def _touchable(self, block: Block) -> bool:
         return block.ref >= 0  # slip: only stored blocks get their tick bumped
+
+
+class StoreCompletesBeforeChecking(TimestampLRU):
+    def complete_store(
+        self,
+        keys: Collection[OffloadKey],
+        req_context: ReqContext,
+        success: bool = True,
+    ) -> None:
+        done: list[OffloadKey] = []
+        for key in dedup(as_key(k) for k in keys):  # slip: one pass, raising midway
+            block = self.blocks.get(key)
+            if block is None:
+                raise illegal(key, ABSENT, store_call(success))
+            if block.ref < 0 and success:
+                block.ref = 0
+                done.append(key)
+            elif block.ref < 0:
+                self.free_stack.append(self.blocks.pop(key).slot)
+        if success:
+            self._announce(done)
+
+
+def make_store_completes_before_checking(num_blocks: int) -> OffloadingManager:
+    return StoreCompletesBeforeChecking(num_blocks)
 
 
 def make_evicts_loading(num_blocks: int) -> OffloadingManager:

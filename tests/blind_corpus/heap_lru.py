@@ -123,6 +123,15 @@ class StaleHeapEntries(HeapLRU):
         return key in self.ticks  # slip: any entry of a tracked key counts
 
 
+class RemovedEventReversed(HeapLRU):
+    def _emit_removed(self, victims: list[OffloadKey]) -> None:
+        super()._emit_removed(victims[::-1])  # slip: most recent victim first
+
+
+def make_removed_event_reversed(num_blocks: int) -> OffloadingManager:
+    return RemovedEventReversed(num_blocks)
+
+
 def make_free_list_fifo(num_blocks: int) -> OffloadingManager:
     return FreeListFifo(num_blocks)
 

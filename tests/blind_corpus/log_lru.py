@@ -8,7 +8,9 @@ only, renumbered) when it grows past twice the tracked keys plus a margin.
 
 from __future__ import annotations
 
-from kvoffload import OffloadingManager, OffloadKey
+from collections.abc import Collection
+
+from kvoffload import InvalidKeyError, OffloadingManager, OffloadKey
 
 from ._skeleton import Eligible, HookedManager
 
@@ -95,6 +97,18 @@ class CompactionForgetsRenumber(LogLRU):
         for key in live:  # slip: renumbers records but not last[]
             self.seq += 1
             self.log.append((self.seq, key))
+
+
+class RejectsBareGroupKeys(LogLRU):
+    def _check_keys(self, keys: Collection[object]) -> list[OffloadKey]:
+        for key in keys:  # slip: '<=' for '<', so a key with an empty hash is refused
+            if not isinstance(key, bytes) or len(key) <= 4:
+                raise InvalidKeyError(key, "too short")
+        return super()._check_keys(keys)
+
+
+def make_rejects_bare_group_keys(num_blocks: int) -> OffloadingManager:
+    return RejectsBareGroupKeys(num_blocks)
 
 
 def make_compaction_keeps_stored_only(num_blocks: int) -> OffloadingManager:

@@ -22,6 +22,7 @@ from ._common import (
     ABSENT,
     SlotPool,
     as_key,
+    check_size,
     cpu_spec,
     dedup,
     event,
@@ -33,7 +34,7 @@ from ._common import (
 
 
 class _Entry:
-    __slots__ = ("slot", "ref")
+    __slots__ = ("ref", "slot")
 
     def __init__(self, slot: int) -> None:
         self.slot = slot
@@ -42,7 +43,7 @@ class _Entry:
 
 class OrderedDictLRU(OffloadingManager):
     def __init__(self, num_blocks: int, enable_events: bool = True) -> None:
-        self.num_blocks = num_blocks
+        self.num_blocks = check_size(num_blocks)
         self.enable_events = enable_events
         self.table: OrderedDict[OffloadKey, _Entry] = OrderedDict()
         self.pool = SlotPool(num_blocks)
@@ -60,7 +61,9 @@ class OrderedDictLRU(OffloadingManager):
     def _offered(self, keys: list[OffloadKey]) -> list[OffloadKey]:
         return dedup(keys)
 
-    def _protected(self, offered: list[OffloadKey], new: list[OffloadKey]) -> set[OffloadKey]:
+    def _protected(
+        self, offered: list[OffloadKey], new: list[OffloadKey]
+    ) -> set[OffloadKey]:
         return set(offered)
 
     def _enough(self, eligible: int, need: int) -> bool:
@@ -68,7 +71,9 @@ class OrderedDictLRU(OffloadingManager):
 
     def _evict(self, need: int, protected: set[OffloadKey]) -> list[OffloadKey] | None:
         candidates = [  # least recent first
-            key for key, entry in self.table.items() if entry.ref == 0 and key not in protected
+            key
+            for key, entry in self.table.items()
+            if entry.ref == 0 and key not in protected
         ]
         if not self._enough(len(candidates), need):
             return None
@@ -119,13 +124,16 @@ class OrderedDictLRU(OffloadingManager):
         """Recency does not change when a store completes."""
 
     def complete_store(
-        self, keys: Collection[OffloadKey], req_context: ReqContext, success: bool = True
+        self,
+        keys: Collection[OffloadKey],
+        req_context: ReqContext,
+        success: bool = True,
     ) -> None:
         uniq = dedup(as_key(k) for k in keys)
         for key in uniq:
             if key not in self.table:
                 raise self._missing_on_complete_store(key, success)
-        pending = [k for k in uniq if self.table[k].ref == -1]
+        pending = self._pending_of(uniq, success)
         if success:
             for key in pending:
                 self.table[key].ref = 0
@@ -137,10 +145,15 @@ class OrderedDictLRU(OffloadingManager):
                 self.pool.give(self.table.pop(key).slot)
             self._after_failed_store(pending)
 
+    def _pending_of(self, uniq: list[OffloadKey], success: bool) -> list[OffloadKey]:
+        return [k for k in uniq if self.table[k].ref == -1]
+
     def _after_failed_store(self, keys: list[OffloadKey]) -> None:
         """A failed store is never announced."""
 
-    def prepare_load(self, keys: Collection[OffloadKey], req_context: ReqContext) -> LoadStoreSpec:
+    def prepare_load(
+        self, keys: Collection[OffloadKey], req_context: ReqContext
+    ) -> LoadStoreSpec:
         checked = [as_key(k) for k in keys]
         for key in checked:
             ref = self._ref(key)
@@ -153,7 +166,9 @@ class OrderedDictLRU(OffloadingManager):
             slots.append(entry.slot)
         return cpu_spec(slots)
 
-    def complete_load(self, keys: Collection[OffloadKey], req_context: ReqContext) -> None:
+    def complete_load(
+        self, keys: Collection[OffloadKey], req_context: ReqContext
+    ) -> None:
         checked = [as_key(k) for k in keys]
         left: dict[OffloadKey, int] = {}
         for key in checked:
@@ -174,7 +189,8 @@ class OrderedDictLRU(OffloadingManager):
 
     def reset_cache(self) -> None:
         readable = sorted(
-            ((e.slot, k) for k, e in self.table.items() if e.ref >= 0), key=lambda t: t[0]
+            ((e.slot, k) for k, e in self.table.items() if e.ref >= 0),
+            key=lambda t: t[0],
         )
         self.table.clear()
         self.pool.reset()
@@ -198,8 +214,23 @@ class RefusesAtExactFit(OrderedDictLRU):
         return eligible > need  # slip: '>' where '>=' is meant
 
 
+class FiltersAfterSlicing(OrderedDictLRU):
+    def _evict(self, need: int, protected: set[OffloadKey]) -> list[OffloadKey] | None:
+        oldest = list(self.table)[
+            :need
+        ]  # slip: slices first, then drops pinned/offered
+        victims = [k for k in oldest if self.table[k].ref == 0 and k not in protected]
+        if len(victims) < need:
+            return None
+        for key in victims:
+            self.pool.give(self.table.pop(key).slot)
+        return victims
+
+
 class ProtectsOnlyNewKeys(OrderedDictLRU):
-    def _protected(self, offered: list[OffloadKey], new: list[OffloadKey]) -> set[OffloadKey]:
+    def _protected(
+        self, offered: list[OffloadKey], new: list[OffloadKey]
+    ) -> set[OffloadKey]:
         return set(new)  # slip: a tracked offered key is evictable
 
 
@@ -209,6 +240,9 @@ class TouchForward(OrderedDictLRU):
 
 
 class FailedStoreAnnounced(OrderedDictLRU):
+    def _pending_of(self, uniq: list[OffloadKey], success: bool) -> list[OffloadKey]:
+        return [k for k in uniq if self.table[k].ref == -1]
+
     def _after_failed_store(self, keys: list[OffloadKey]) -> None:
         if keys:
             self._emit(keys, removed=False)  # slip: announces a failed store
@@ -217,7 +251,9 @@ class FailedStoreAnnounced(OrderedDictLRU):
 class NonAtomicRefusal(OrderedDictLRU):
     def _evict(self, need: int, protected: set[OffloadKey]) -> list[OffloadKey] | None:
         victims: list[OffloadKey] = []
-        for key in list(self.table):  # slip: pops victims before knowing there are enough
+        for key in list(
+            self.table
+        ):  # slip: pops victims before knowing there are enough
             if len(victims) == need:
                 break
             entry = self.table[key]
@@ -245,6 +281,19 @@ class StoreCompletionRefreshes(OrderedDictLRU):
 class EventsNotDrained(OrderedDictLRU):
     def take_events(self) -> Iterable[OffloadingEvent]:
         return list(self.events)  # slip: the queue is not emptied
+
+
+class FailureDropsReady(OrderedDictLRU):
+    def _pending_of(self, uniq: list[OffloadKey], success: bool) -> list[OffloadKey]:
+        if success:
+            return [k for k in uniq if self.table[k].ref == -1]
+        return [
+            k for k in uniq if self.table[k].ref <= 0
+        ]  # slip: a failure also drops READY keys
+
+
+def make_failure_drops_ready(num_blocks: int) -> OffloadingManager:
+    return FailureDropsReady(num_blocks)
 
 
 def make_refuses_at_exact_fit(num_blocks: int) -> OffloadingManager:
@@ -281,3 +330,7 @@ def make_store_completion_refreshes(num_blocks: int) -> OffloadingManager:
 
 def make_events_not_drained(num_blocks: int) -> OffloadingManager:
     return EventsNotDrained(num_blocks)
+
+
+def make_filters_after_slicing(num_blocks: int) -> OffloadingManager:
+    return FiltersAfterSlicing(num_blocks)

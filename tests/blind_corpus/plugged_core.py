@@ -24,7 +24,7 @@ from kvoffload import (
     OffloadKey,
 )
 
-from ._common import BLOCK_SIZE
+from ._common import BLOCK_SIZE, check_size
 
 Victims = list[tuple[OffloadKey, BlockStatus]]
 
@@ -49,7 +49,9 @@ class FifoPolicy(CachePolicy):
     def touch(self, keys: Sequence[OffloadKey]) -> None:
         """FIFO ignores reuse."""
 
-    def _candidate(self, key: OffloadKey, block: BlockStatus, protected: Collection[OffloadKey]) -> bool:
+    def _candidate(
+        self, key: OffloadKey, block: BlockStatus, protected: Collection[OffloadKey]
+    ) -> bool:
         return block.ref_cnt == 0 and key not in protected
 
     def evict(self, n: int, protected: Collection[OffloadKey]) -> Victims | None:
@@ -71,7 +73,7 @@ class StackBackend(Backend):
 
     def __init__(self, block_size: int, num_blocks: int) -> None:
         super().__init__(block_size, "CPU")
-        self.num_blocks = num_blocks
+        self.num_blocks = check_size(num_blocks)
         self.next_fresh = 0
         self.stack: list[int] = []
 
@@ -107,12 +109,16 @@ def make_fifo(num_blocks: int) -> OffloadingManager:
 
 
 def make_stack_lru(num_blocks: int) -> OffloadingManager:
-    return LRUOffloadingManager(StackBackend(BLOCK_SIZE, num_blocks), enable_events=True)
+    return LRUOffloadingManager(
+        StackBackend(BLOCK_SIZE, num_blocks), enable_events=True
+    )
 
 
 def make_stack_arc(num_blocks: int) -> OffloadingManager:
     return OffloadingManagerCore(
-        StackBackend(BLOCK_SIZE, num_blocks), ARCCachePolicy(num_blocks), enable_events=True
+        StackBackend(BLOCK_SIZE, num_blocks),
+        ARCCachePolicy(num_blocks),
+        enable_events=True,
     )
 
 
@@ -120,19 +126,27 @@ def make_stack_arc(num_blocks: int) -> OffloadingManager:
 
 
 class FifoIgnoresProtected(FifoPolicy):
-    def _candidate(self, key: OffloadKey, block: BlockStatus, protected: Collection[OffloadKey]) -> bool:
+    def _candidate(
+        self, key: OffloadKey, block: BlockStatus, protected: Collection[OffloadKey]
+    ) -> bool:
         return block.ref_cnt == 0  # slip: the offered keys are fair game
 
 
 class FifoEvictsReaders(FifoPolicy):
-    def _candidate(self, key: OffloadKey, block: BlockStatus, protected: Collection[OffloadKey]) -> bool:
-        return block.ref_cnt >= 0 and key not in protected  # slip: LOADING counted as stored
+    def _candidate(
+        self, key: OffloadKey, block: BlockStatus, protected: Collection[OffloadKey]
+    ) -> bool:
+        return (
+            block.ref_cnt >= 0 and key not in protected
+        )  # slip: LOADING counted as stored
 
 
 class FifoPartialEvict(FifoPolicy):
     def evict(self, n: int, protected: Collection[OffloadKey]) -> Victims | None:
         chosen: Victims = []
-        for key in list(self.blocks):  # slip: removes as it goes, even if it then gives up
+        for key in list(
+            self.blocks
+        ):  # slip: removes as it goes, even if it then gives up
             if len(chosen) == n:
                 break
             block = self.blocks[key]
@@ -150,19 +164,33 @@ class FifoStackBackend(StackBackend):
         return self.stack.pop(0)  # slip: oldest freed slot first
 
 
+class SortedSpecBackend(StackBackend):
+    def get_load_store_spec(
+        self, keys: Sequence[OffloadKey], blocks: Sequence[BlockStatus]
+    ) -> CPULoadStoreSpec:
+        # slip: the slots are sorted, as if the worker wanted them ascending
+        return CPULoadStoreSpec(sorted(b.block_id for b in blocks))
+
+
 class UndercountingBackend(StackBackend):
     def get_num_free_blocks(self) -> int:
-        return self.num_blocks - self.next_fresh + len(self.stack) - 1  # slip: off by one
+        return (
+            self.num_blocks - self.next_fresh + len(self.stack) - 1
+        )  # slip: off by one
 
 
 class ResetlessBackend(StackBackend):
     def reset(self, blocks: Sequence[BlockStatus]) -> None:
-        for block in blocks:  # slip: frees only the tracked blocks, keeps the fresh mark
+        for (
+            block
+        ) in blocks:  # slip: frees only the tracked blocks, keeps the fresh mark
             self.free(block)
 
 
 def _core(policy: CachePolicy, num_blocks: int) -> OffloadingManager:
-    return OffloadingManagerCore(CPUBackend(BLOCK_SIZE, num_blocks), policy, enable_events=True)
+    return OffloadingManagerCore(
+        CPUBackend(BLOCK_SIZE, num_blocks), policy, enable_events=True
+    )
 
 
 def make_fifo_ignores_protected(num_blocks: int) -> OffloadingManager:
@@ -178,12 +206,24 @@ def make_fifo_partial_evict(num_blocks: int) -> OffloadingManager:
 
 
 def make_backend_fifo_free(num_blocks: int) -> OffloadingManager:
-    return LRUOffloadingManager(FifoStackBackend(BLOCK_SIZE, num_blocks), enable_events=True)
+    return LRUOffloadingManager(
+        FifoStackBackend(BLOCK_SIZE, num_blocks), enable_events=True
+    )
 
 
 def make_backend_undercounts(num_blocks: int) -> OffloadingManager:
-    return LRUOffloadingManager(UndercountingBackend(BLOCK_SIZE, num_blocks), enable_events=True)
+    return LRUOffloadingManager(
+        UndercountingBackend(BLOCK_SIZE, num_blocks), enable_events=True
+    )
 
 
 def make_backend_resetless(num_blocks: int) -> OffloadingManager:
-    return LRUOffloadingManager(ResetlessBackend(BLOCK_SIZE, num_blocks), enable_events=True)
+    return LRUOffloadingManager(
+        ResetlessBackend(BLOCK_SIZE, num_blocks), enable_events=True
+    )
+
+
+def make_backend_sorted_spec(num_blocks: int) -> OffloadingManager:
+    return LRUOffloadingManager(
+        SortedSpecBackend(BLOCK_SIZE, num_blocks), enable_events=True
+    )

@@ -27,7 +27,9 @@ class ReuseGate(OffloadingManager):
         self, backing: OffloadingManager, threshold: int = 2, table_size: int = 64000
     ) -> None:
         if threshold < 2 or table_size < 1:
-            raise ConfigurationError(f"bad reuse gate: threshold={threshold} size={table_size}")
+            raise ConfigurationError(
+                f"bad reuse gate: threshold={threshold} size={table_size}"
+            )
         self.backing = backing
         self.threshold = threshold
         self.table_size = table_size
@@ -45,7 +47,9 @@ class ReuseGate(OffloadingManager):
     def _reused(self, key: OffloadKey) -> bool:
         return self.counts.get(key, 0) >= self.threshold
 
-    def _passed(self, offered: list[OffloadKey], req_context: ReqContext) -> list[OffloadKey]:
+    def _passed(
+        self, offered: list[OffloadKey], req_context: ReqContext
+    ) -> list[OffloadKey]:
         return [
             k for k in offered if self._reused(k) or self.backing.lookup(k, req_context)
         ]
@@ -54,7 +58,9 @@ class ReuseGate(OffloadingManager):
         self._record(key)
         return self.backing.lookup(key, req_context)
 
-    def lookup_prefix(self, keys: Iterable[OffloadKey], req_context: ReqContext) -> int | None:
+    def lookup_prefix(
+        self, keys: Iterable[OffloadKey], req_context: ReqContext
+    ) -> int | None:
         seq = list(keys)
         for key in seq:
             self._record(key)
@@ -64,20 +70,29 @@ class ReuseGate(OffloadingManager):
         self, keys: Collection[OffloadKey], req_context: ReqContext
     ) -> PrepareStoreOutput | None:
         offered = dedup(self._validate(keys))
-        return self.backing.prepare_store(self._passed(offered, req_context), req_context)
+        return self.backing.prepare_store(
+            self._passed(offered, req_context), req_context
+        )
 
     def _validate(self, keys: Collection[OffloadKey]) -> list[OffloadKey]:
         return validated(keys)
 
     def complete_store(
-        self, keys: Collection[OffloadKey], req_context: ReqContext, success: bool = True
+        self,
+        keys: Collection[OffloadKey],
+        req_context: ReqContext,
+        success: bool = True,
     ) -> None:
         self.backing.complete_store(keys, req_context, success)
 
-    def prepare_load(self, keys: Collection[OffloadKey], req_context: ReqContext) -> LoadStoreSpec:
+    def prepare_load(
+        self, keys: Collection[OffloadKey], req_context: ReqContext
+    ) -> LoadStoreSpec:
         return self.backing.prepare_load(keys, req_context)
 
-    def complete_load(self, keys: Collection[OffloadKey], req_context: ReqContext) -> None:
+    def complete_load(
+        self, keys: Collection[OffloadKey], req_context: ReqContext
+    ) -> None:
         self.backing.complete_load(keys, req_context)
 
     def touch(self, keys: Collection[OffloadKey], req_context: ReqContext) -> None:
@@ -105,7 +120,10 @@ class ReuseGate(OffloadingManager):
 
 def _lru(num_blocks: int) -> OffloadingManager:
     return CPUOffloadingManager(
-        block_size=BLOCK_SIZE, num_blocks=num_blocks, cache_policy="lru", enable_events=True
+        block_size=BLOCK_SIZE,
+        num_blocks=num_blocks,
+        cache_policy="lru",
+        enable_events=True,
     )
 
 
@@ -117,16 +135,46 @@ def make_threshold3(num_blocks: int) -> OffloadingManager:
     return ReuseGate(_lru(num_blocks), threshold=3)
 
 
+SMALL_TABLE = 3
+
+
+def make_small_table(num_blocks: int) -> OffloadingManager:
+    return ReuseGate(_lru(num_blocks), threshold=2, table_size=SMALL_TABLE)
+
+
 # -- defective twins -------------------------------------------------------
 
 
 class ForgetsProtection(ReuseGate):
-    def _passed(self, offered: list[OffloadKey], req_context: ReqContext) -> list[OffloadKey]:
-        return [k for k in offered if self._reused(k)]  # slip: stored keys not passed on
+    def _passed(
+        self, offered: list[OffloadKey], req_context: ReqContext
+    ) -> list[OffloadKey]:
+        return [
+            k for k in offered if self._reused(k)
+        ]  # slip: stored keys not passed on
+
+
+class DropsNewestWhenFull(ReuseGate):
+    def _record(self, key: OffloadKey) -> None:
+        if key not in self.counts and len(self.counts) >= self.table_size:
+            self.counts.popitem()  # slip: drops the most recently seen entry
+            self.counts[key] = 1
+            return
+        super()._record(key)
+
+
+class RecountKeepsPlace(ReuseGate):
+    def _record(self, key: OffloadKey) -> None:
+        if key in self.counts:
+            self.counts[key] += 1  # slip: a recount does not refresh its place
+            return
+        super()._record(key)
 
 
 class PrefixStopsAtMiss(ReuseGate):
-    def lookup_prefix(self, keys: Iterable[OffloadKey], req_context: ReqContext) -> int | None:
+    def lookup_prefix(
+        self, keys: Iterable[OffloadKey], req_context: ReqContext
+    ) -> int | None:
         hits = 0
         for key in keys:  # slip: counting stops at the first miss
             self._record(key)
@@ -137,7 +185,9 @@ class PrefixStopsAtMiss(ReuseGate):
 
 
 class StoreCountsOffers(ReuseGate):
-    def _passed(self, offered: list[OffloadKey], req_context: ReqContext) -> list[OffloadKey]:
+    def _passed(
+        self, offered: list[OffloadKey], req_context: ReqContext
+    ) -> list[OffloadKey]:
         passed = super()._passed(offered, req_context)
         for key in offered:  # slip: an offer counts as a use
             self._record(key)
@@ -156,7 +206,9 @@ class ResetKeepsCounts(ReuseGate):
 
 class ValidatesPassedOnly(ReuseGate):
     def _validate(self, keys: Collection[OffloadKey]) -> list[OffloadKey]:
-        return [k for k in keys if isinstance(k, bytes)]  # slip: relies on the backing to validate
+        return [
+            k for k in keys if isinstance(k, bytes)
+        ]  # slip: relies on the backing to validate
 
 
 class LookupNotCounted(ReuseGate):
@@ -190,3 +242,15 @@ def make_validates_passed_only(num_blocks: int) -> OffloadingManager:
 
 def make_lookup_not_counted(num_blocks: int) -> OffloadingManager:
     return LookupNotCounted(_lru(num_blocks))
+
+
+def make_small_forgets_protection(num_blocks: int) -> OffloadingManager:
+    return ForgetsProtection(_lru(num_blocks), table_size=SMALL_TABLE)
+
+
+def make_small_drops_newest(num_blocks: int) -> OffloadingManager:
+    return DropsNewestWhenFull(_lru(num_blocks), table_size=SMALL_TABLE)
+
+
+def make_small_recount_keeps_place(num_blocks: int) -> OffloadingManager:
+    return RecountKeepsPlace(_lru(num_blocks), table_size=SMALL_TABLE)
