@@ -46,7 +46,11 @@ def audit_entry(entry: Entry, seed: int, examples: int | None) -> Result:
     factory = getattr(importlib.import_module(module), name)
     reuse = None
     if entry.reuse_threshold is not None:
-        reuse = ReuseFilterParams(store_threshold=entry.reuse_threshold)
+        tracker = getattr(entry, "tracker_size", None)
+        reuse = ReuseFilterParams(
+            store_threshold=entry.reuse_threshold,
+            max_tracker_size=tracker if tracker is not None else 64_000,
+        )
     started = time.perf_counter()
     report = audit(
         factory,

@@ -85,6 +85,14 @@ class FrozenMap(Mapping[K, V]):
     def __getitem__(self, key: K) -> V:
         return self._items[key]
 
+    def __contains__(self, key: object) -> bool:
+        return key in self._items
+
+    def get(self, key: K, default: V | None = None) -> V | None:  # type: ignore[override]
+        """The value of ``key``, else ``default`` (the dict's own lookup:
+        the models ask this on every step)."""
+        return self._items.get(key, default)
+
     def __iter__(self) -> Iterator[K]:
         return iter(self._items)
 

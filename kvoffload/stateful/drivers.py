@@ -96,7 +96,7 @@ def explore(
             if engine:
                 run_engine(harness, rng, max(4, plan.steps // 3), probe=prober)
             else:
-                every = rng.choice((0, 6, 12, 24))
+                every = rng.choice((0, 10, 20))
                 run_plan(harness, plan, rng, probe=prober, probe_every=every)
         except ProbeFailure as failure:
             found.failure, found.harness, found.driver = failure.error, failure.harness, PROBE

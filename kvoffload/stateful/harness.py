@@ -39,7 +39,7 @@ from kvoffload.spec.model import (
 )
 from kvoffload.spec.policies import POLICY_NAMES, POLICY_REGISTRY
 from kvoffload.spec.reuse import ReuseFilterModel
-from kvoffload.stateful.outputs import EventMetadata, store_slots
+from kvoffload.stateful.outputs import EventMetadata, compact_call, store_slots
 
 Model = Union[ManagerModel, ReuseFilterModel]
 ManagerFactory = Callable[[int], OffloadingManager]
@@ -186,18 +186,19 @@ class Harness:
         """Apply ``op`` to model and manager; raise :class:`Discrepancy` on
         the first disagreement or broken invariant."""
         before, recorded = self.model, len(self.trace)
-        try:
-            if op.answer is Answer.STORE:
+        if op.answer is Answer.STORE:
+            try:
                 for key in op.keys_mentioned:
                     validate_offload_key(key)
+            except InvalidKeyError as error:  # the specification refuses the offer
+                self._illegal(op, error)
+                return
+        try:
             _CHECKS[op.answer](self, op)
         except _ModelRefused as refused:
             self._illegal(op, refused.error)
             return
-        except InvalidKeyError as error:
-            self._illegal(op, error)
-            return
-        except BaseException:
+        except BaseException:  # the manager's own error on a legal call is a finding
             if len(self.trace) == recorded:  # the manager raised: keep its call
                 self._record(op, "raised")
             raise
@@ -298,7 +299,8 @@ class Harness:
     # --- legal calls: one check per kind of answer -----------------------------
 
     def _record(self, op: Operation, note: str = "") -> None:
-        self.trace.append((op, op.render(SCRIPT_SPELLING) + (f"  # {note}" if note else "")))
+        text = compact_call(op) or op.render(SCRIPT_SPELLING)
+        self.trace.append((op, text + (f"  # {note}" if note else "")))
 
     def _no_answer(self, op: Operation) -> None:
         queued = len(core_of(self.model).events)

@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import enum
+import functools
 from collections.abc import Sequence
 
 from kvoffload.spec.keys import OffloadKey
@@ -90,4 +91,41 @@ def store_slots(
     return tuple(slots)
 
 
-__all__ = ["EventMetadata", "medium_name", "spec_block_ids", "store_slots"]
+_GROUP_ZERO = (0).to_bytes(4, "big")
+
+
+def flood_key(index: int) -> OffloadKey:
+    """The ``index``-th key of a probe's flood of a reuse filter's table."""
+    return OffloadKey(b"flood%07d" % index + _GROUP_ZERO)
+
+
+@functools.lru_cache(maxsize=4)
+def flood_keys(count: int) -> tuple[OffloadKey, ...]:
+    """The first ``count`` flood keys (cached: a flood of a production-size
+    table is tens of thousands of keys)."""
+    return tuple(flood_key(i) for i in range(count))
+
+
+def compact_call(op: object) -> str | None:
+    """``m.lookup_prefix(...)`` of the flood keys ``0..n-1``, written as a
+    comprehension; None for any other call."""
+    keys = getattr(op, "keys", None)
+    if getattr(op, "method", None) != "lookup_prefix" or not keys or len(keys) <= 64:
+        return None
+    if keys[0] != flood_key(0) or tuple(keys) != flood_keys(len(keys)):
+        return None
+    return (
+        f"m.lookup_prefix([make_offload_key(b'flood%07d' % i, 0) "
+        f"for i in range({len(keys)})], ctx)"
+    )
+
+
+__all__ = [
+    "EventMetadata",
+    "compact_call",
+    "flood_key",
+    "flood_keys",
+    "medium_name",
+    "spec_block_ids",
+    "store_slots",
+]

@@ -29,6 +29,10 @@ replays on a fresh manager like any other.
 
 A reuse filter in front passes fresh keys on only once they are counted
 ``store_threshold`` times: the drain looks each one up that often first.
+For a filter, a probe now and then *floods* the copy instead
+(:func:`flood`): as many fresh lookups as its count table holds, then an
+offer whose stored keys must stay protected — the protection rule, checked
+whatever the table's size.
 """
 
 from __future__ import annotations
@@ -54,6 +58,7 @@ from kvoffload.spec.model import (
 )
 from kvoffload.spec.policies import ARCModel
 from kvoffload.stateful.harness import Harness, core_of
+from kvoffload.stateful.outputs import flood_keys
 
 
 class ProbeFailure(Exception):
@@ -67,9 +72,16 @@ class ProbeFailure(Exception):
         self.error = error
 
 
+FLOOD_BUDGET = 200_000
+"""Keys flooded per audit, all floods together: a flood costs a pass over a
+count table that may hold tens of thousands of keys (three floods of the
+default 64,000-entry table, many of a small one). The first probe of a
+filter audit floods."""
+
+
 def probe_key(index: int) -> OffloadKey:
     """The ``index``-th fresh key a probe offers (outside the universe)."""
-    return make_offload_key(b"probe%03d" % index, 0)
+    return make_offload_key(b"probe%04d" % index, 0)
 
 
 class Prober:
@@ -84,6 +96,7 @@ class Prober:
         self.copy_error: str | None = None
         self.probes = 0
         self.rng = random.Random(seed)
+        self.flood_budget = FLOOD_BUDGET
 
     def __call__(self, harness: Harness) -> None:
         if self.copyable is False:
@@ -98,13 +111,33 @@ class Prober:
         probe = fork(harness, clone)
         rng = self.rng
         try:
+            reuse = harness.config.reuse_filter
+            if (
+                reuse is not None
+                and self.flood_budget >= reuse.max_tracker_size
+                and (self.probes == 0 or rng.random() < 0.1)
+            ):
+                self.flood_budget -= reuse.max_tracker_size
+                flood(probe, rng)
+                self.probes += 1
+                return
+            adaptive = isinstance(core_of(probe.model).policy, ARCModel)
             if rng.random() < 0.5:
                 touch_ghosts(probe, rng)
-            if rng.random() < 0.6:
+            if adaptive or rng.random() < 0.6:
                 settle(probe)
-                if rng.random() < 0.5:
+                if adaptive or rng.random() < 0.5:
                     fill(probe, rng)
             drain(probe, batch=rng.random() < 0.5)
+            if adaptive or rng.random() < 0.3:
+                # the drain filled the ghost lists (an ARC's B1 with its T1
+                # victims, B2 with its T2 ones) and trimmed them: promote part
+                # of the drain's keys, hit ghosts, and drain in one batch,
+                # whose victims show where the target now switches lists
+                settle(probe)
+                fill(probe, rng)
+                touch_ghosts(probe, rng)
+                drain(probe, batch=True, base=SECOND_DRAIN)
         except Exception as error:  # noqa: BLE001 - every failure is a finding
             raise ProbeFailure(probe, error) from error
         self.probes += 1
@@ -138,19 +171,36 @@ def settle(probe: Harness) -> None:
 
 
 def touch_ghosts(probe: Harness, rng: random.Random) -> None:
-    """Touch keys evicted earlier and not stored now, one at a time: a few
+    """Touch keys evicted earlier and not stored now, one at a time: some
     the policy still remembers (ARC's ghosts: hits move its target, which
     the drain then shows), and every one it has forgotten (a ghost list
-    trimmed to capacity), whose touch must change nothing."""
+    trimmed to capacity), whose touch must change nothing. The remembered
+    ones go in a random order, or B1's before B2's (the target climbs, then
+    falls), or B2's before B1's."""
     core = core_of(probe.model)
     gone = [k for k in dict.fromkeys(probe.evicted) if core.phase(k).kind is PhaseKind.ABSENT]
     policy = core.policy
-    remembered = set(getattr(policy, "b1", ())) | set(getattr(policy, "b2", ()))
-    if not isinstance(policy, ARCModel):
+    if isinstance(policy, ARCModel):
+        b1, b2 = list(policy.b1), list(policy.b2)
+        rng.shuffle(b1)
+        rng.shuffle(b2)
+        order = rng.choice(("mixed", "b1 first", "b2 first"))
+        ghosts = b1 + b2 if order == "b1 first" else b2 + b1
+        if order == "mixed":
+            rng.shuffle(ghosts)
+        remembered = set(ghosts)
+        if rng.random() < 0.5:  # first a hit that moves the target by a fraction
+            n1, n2 = len(b1), len(b2)
+            fractional = [*(b1 if n1 and n2 > n1 and n2 % n1 else ()),
+                          *(b2 if n2 and n1 > n2 and n1 % n2 else ())]
+            if fractional:
+                first = rng.choice(fractional)
+                ghosts = [first, *(k for k in ghosts if k != first)]
+    else:
+        ghosts = list(gone)
+        rng.shuffle(ghosts)
         remembered = set(gone)
-    ghosts = [k for k in gone if k in remembered]
     forgotten = [k for k in gone if k not in remembered]
-    rng.shuffle(ghosts)
     rng.shuffle(forgotten)
     # hits first: a target moved off zero makes a forgotten key's touch show
     most = min(3, len(ghosts)) if forgotten else len(ghosts)
@@ -189,11 +239,38 @@ def fill(probe: Harness, rng: random.Random) -> None:
         probe.step(Touch(tuple(chosen)))
 
 
+def flood(probe: Harness, rng: random.Random) -> None:
+    """A reuse filter's protection, whatever its table size: with every slot
+    taken by READY blocks, look up as many fresh keys as the count table
+    holds (every stored key's count leaves it), count one new key, and
+    offer it with every READY key. The READY keys are stored, so they must
+    be passed on and protected: there is no victim, the offer must be
+    refused."""
+    reuse = probe.config.reuse_filter
+    if reuse is None:
+        return
+    settle(probe)
+    fill(probe, rng)
+    core = core_of(probe.model)
+    ready = [k for k, b in core.blocks.items() if b.phase.kind is PhaseKind.READY]
+    if core.free_count() or not ready:
+        return
+    probe.step(LookupPrefix(flood_keys(reuse.max_tracker_size)))
+    new = probe_key(FILL_BASE - 1)
+    probe.step(LookupPrefix((new,) * reuse.store_threshold))
+    rng.shuffle(ready)
+    probe.step(PrepareStore((new, *ready)))
+
+
 FILL_BASE = 500
 """Fresh keys of :func:`fill` start here; the drain's at 0."""
 
 
-def drain(probe: Harness, batch: bool = False) -> None:
+SECOND_DRAIN = 1000
+"""Fresh keys of a second drain start here."""
+
+
+def drain(probe: Harness, batch: bool = False, base: int = 0) -> None:
     """Offer fresh keys until the copy refuses; every call is checked.
 
     One at a time (each offer evicts one block), or, with ``batch``, all
@@ -204,17 +281,27 @@ def drain(probe: Harness, batch: bool = False) -> None:
     ready = sum(1 for b in core.blocks.values() if b.phase.kind is PhaseKind.READY)
     offers = core.free_count() + ready + 1  # the last one must be refused
     if batch and offers > 2:
-        keys = tuple(probe_key(index) for index in range(offers - 1))
+        keys = tuple(probe_key(base + index) for index in range(offers - 1))
         threshold = getattr(probe.config.reuse_filter, "store_threshold", 0)
         for _ in range(threshold):
             probe.step(LookupPrefix(keys))
         probe.step(PrepareStore(keys))
-        _offer_fresh(probe, probe_key(offers - 1))
+        _offer_fresh(probe, probe_key(base + offers - 1))
     else:
         for index in range(offers):
-            if not _offer_fresh(probe, probe_key(index)):
+            if not _offer_fresh(probe, probe_key(base + index)):
                 break  # refused: liveness was checked by the step
     probe.step(TakeEvents())
 
 
-__all__ = ["ProbeFailure", "Prober", "drain", "fill", "fork", "probe_key", "settle", "touch_ghosts"]
+__all__ = [
+    "ProbeFailure",
+    "Prober",
+    "drain",
+    "fill",
+    "flood",
+    "fork",
+    "probe_key",
+    "settle",
+    "touch_ghosts",
+]

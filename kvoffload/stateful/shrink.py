@@ -39,9 +39,14 @@ def failure_kind(error: BaseException) -> str:
     return f"crash:{type(error).__name__}"
 
 
+MAX_KEYS_SHRUNK = 64
+"""Calls with more keys (a probe's flood of a reuse filter's table) are
+kept whole."""
+
+
 def _smaller_ops(op: Operation) -> list[Operation]:
     """``op`` with one key fewer, each way (for key-list calls)."""
-    if not isinstance(op, KeyListOperation) or len(op.keys) <= 1:
+    if not isinstance(op, KeyListOperation) or not 1 < len(op.keys) <= MAX_KEYS_SHRUNK:
         return []
     return [
         attrs.evolve(op, keys=op.keys[:i] + op.keys[i + 1 :])

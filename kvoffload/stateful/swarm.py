@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 
 import attrs
 
-from kvoffload.spec.keys import OffloadKey
+from kvoffload.spec.keys import OffloadKey, make_offload_key
 from kvoffload.spec.lifecycle import PhaseKind
 from kvoffload.spec.model import (
     CompleteLoad,
@@ -53,6 +53,15 @@ BAD_KEYS: tuple[object, ...] = (b"", b"abc", "blk00\x00\x00\x00\x00", 7, None)
 """Offers that are not valid keys: too short, not bytes."""
 
 MAX_BLOCKS = 8
+
+ODD_KEYS: tuple[OffloadKey, ...] = (
+    make_offload_key(b"", 0),
+    make_offload_key(b"", 1),
+    make_offload_key(b"h" * 60, 7),
+)
+"""Valid keys of unusual shape: an empty block hash (4 bytes, the shortest
+key), a long hash with a high group index. One joins the keys of some runs."""
+ODD_KEY_SHARE = 0.25
 
 
 class Run:
@@ -405,7 +414,10 @@ def run_plan(
     """Make ``plan.steps`` calls on ``harness``; the number of calls made.
     Raises what :meth:`Harness.step` raises (a :class:`Discrepancy`, or the
     manager's own exception)."""
-    harness.keys = keys = harness.keys[: plan.num_keys]  # the others stay ABSENT
+    keys = harness.keys[: plan.num_keys]  # the others stay ABSENT
+    if rng.random() < ODD_KEY_SHARE:
+        keys += (rng.choice(ODD_KEYS),)
+    harness.keys = keys
     run = Run(harness, rng, keys)
     names = [name for name, _ in plan.mix]
     weights = [weight for _, weight in plan.mix]
