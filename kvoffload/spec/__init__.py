@@ -4,6 +4,7 @@ from kvoffload.spec.contract import (
     InspectableManager,
     InspectablePolicy,
     LoadStoreSpec,
+    LookupResult,
     OffloadingEvent,
     OffloadingManager,
     PrepareStoreOutput,
@@ -32,6 +33,7 @@ __all__ = [
     "IllegalTransitionError",
     "InvalidKeyError",
     "LoadStoreSpec",
+    "LookupResult",
     "OffloadKey",
     "OffloadingError",
     "OffloadingEvent",
@@ -52,7 +54,13 @@ __all__ = [
 
 # The formal model: lifecycle diagram, manager/policy/filter models,
 # invariants.
-from kvoffload.spec.invariants import Invariant, Step, Violation, check_state, check_step
+from kvoffload.spec.invariants import (
+    Invariant,
+    Step,
+    Violation,
+    check_state,
+    check_step,
+)
 from kvoffload.spec.lifecycle import render_mermaid
 from kvoffload.spec.model import ManagerModel, SpecViolation, StoreResult
 from kvoffload.spec.policies import POLICY_NAMES, AnyPolicyModel, ARCModel, LRUModel

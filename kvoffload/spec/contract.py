@@ -6,6 +6,7 @@ invariants a manager keeps are in DESIGN.md and ``docs/SPEC.md``.
 
 from __future__ import annotations
 
+import enum
 from abc import ABC, abstractmethod
 from collections.abc import Collection, Iterable, Mapping
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
@@ -26,6 +27,18 @@ class ReqContext:
     kv_transfer_params: Mapping[str, object] | None = attrs.field(
         default=None, eq=False, hash=False
     )
+
+
+class LookupResult(enum.Enum):
+    """``lookup``'s answer under a profile whose ``lookup_answer`` is
+    ``RESULT``: the key is readable (``HIT``), its store is in flight
+    (``HIT_PENDING``), it is not tracked (``MISS``), or ask again later
+    (``RETRY``, always allowed)."""
+
+    MISS = "MISS"
+    HIT = "HIT"
+    HIT_PENDING = "HIT_PENDING"
+    RETRY = "RETRY"
 
 
 @attrs.frozen

@@ -44,7 +44,8 @@ import attrs
 
 from kvoffload.spec.errors import OffloadingError
 from kvoffload.spec.keys import OffloadKey
-from kvoffload.spec.lifecycle import Call, Phase, PhaseKind, apply as apply_call
+from kvoffload.spec.lifecycle import Call, Phase, PhaseKind
+from kvoffload.spec.lifecycle import apply as apply_call
 from kvoffload.spec.model import (
     CompleteStore,
     ManagerModel,
@@ -246,9 +247,15 @@ def offered_not_evicted(step: Step) -> Violation | None:
 
 def atomic_refusal(step: Step) -> Violation | None:
     """4: ``prepare_store`` answering ``None`` leaves the whole state —
-    phases, slots, recency, ghosts, target, counts, events — identical."""
-    if isinstance(step.op, PrepareStore) and step.result is None and step.after != step.before:
-        return Violation(Invariant.ATOMICITY, "prepare_store returned None but changed the state")
+    phases, slots, recency, ghosts, target, counts, events — as it was, but
+    for what the profile says an offer records before room is sought
+    (``before.offered(keys)``: nothing under the default profile)."""
+    op = step.op
+    if isinstance(op, PrepareStore) and step.result is None:
+        if step.after != step.before.offered(op.keys):
+            return Violation(
+                Invariant.ATOMICITY, "prepare_store returned None but changed the state"
+            )
     return None
 
 

@@ -53,7 +53,7 @@ from typing import Any, ClassVar, Protocol, SupportsIndex, TypeVar, Union
 
 import attrs
 
-from kvoffload.spec.contract import OffloadingEvent
+from kvoffload.spec.contract import LookupResult, OffloadingEvent
 from kvoffload.spec.errors import ConfigurationError
 from kvoffload.spec.keys import OffloadKey, validate_offload_key
 from kvoffload.spec.lifecycle import (
@@ -61,9 +61,12 @@ from kvoffload.spec.lifecycle import (
     PENDING,
     Call,
     Phase,
+)
+from kvoffload.spec.lifecycle import (
     apply as apply_call,
 )
 from kvoffload.spec.policies import PolicyModel, make_policy
+from kvoffload.spec.profile import DEFAULT, LookupAnswer, Profile, ResetAnnounce
 from kvoffload.spec.violations import Invariant, SpecViolation
 
 K = TypeVar("K")
@@ -145,7 +148,7 @@ class CallableModel(Protocol):
     """A model with one pure method per manager call (``ManagerModel``,
     ``ReuseFilterModel``): what an :class:`Operation` applies itself to."""
 
-    def lookup(self: M, key: OffloadKey) -> tuple[M, bool]: ...
+    def lookup(self: M, key: OffloadKey) -> tuple[M, bool | LookupResult]: ...
     def lookup_prefix(self: M, keys: Sequence[OffloadKey]) -> tuple[M, int]: ...
     def prepare_store(
         self: M,
@@ -330,6 +333,9 @@ class CompleteStore(KeyListOperation):
     def table_calls(self, before: Any, result: Result, key: OffloadKey) -> list[Call]:
         if key not in self.keys:
             return []
+        core = before.core
+        if core.profile.complete_store_ignores_absent and key not in core.blocks:
+            return []  # the profile makes it a no-op, not a table call
         return [Call.COMPLETE_STORE_OK if self.success else Call.COMPLETE_STORE_FAILED]
 
 
@@ -440,7 +446,9 @@ class RequestHook(Operation):
         return f"m.{self.name}({spelling.ctx(0)})"
 
 
-Result = Union[bool, int, StoreResult, tuple[int, ...], tuple[OffloadingEvent, ...], None]
+Result = Union[
+    bool, LookupResult, int, StoreResult, tuple[int, ...], tuple[OffloadingEvent, ...], None
+]
 """What a call returns (see the module docstring)."""
 
 
@@ -471,6 +479,7 @@ class ManagerModel:
     block_size: int = 16
     enable_events: bool = False
     medium: str = "CPU"
+    profile: Profile = DEFAULT
     blocks: FrozenMap[OffloadKey, Block] = FrozenMap()
     fresh: tuple[int, ...] = attrs.field(
         default=attrs.Factory(_fresh_slots, takes_self=True)
@@ -487,9 +496,11 @@ class ManagerModel:
         *,
         block_size: int = 16,
         enable_events: bool = False,
+        profile: Profile = DEFAULT,
     ) -> ManagerModel:
         """An empty manager with ``num_blocks`` slots and the named policy
-        (``"lru"``, ``"arc"``, ``"any"``) or the given policy model.
+        (``"lru"``, ``"arc"``, ``"any"``) or the given policy model, keeping
+        the conventions of ``profile``.
 
         Raises :class:`ConfigurationError` for ``num_blocks < 1``,
         ``block_size < 1`` or an unknown policy name.
@@ -504,6 +515,7 @@ class ManagerModel:
             policy=model,
             block_size=block_size,
             enable_events=enable_events,
+            profile=profile,
         )
 
     # --- queries (pure, no result model) ---------------------------------
@@ -552,9 +564,22 @@ class ManagerModel:
 
     # --- calls ------------------------------------------------------------
 
-    def lookup(self, key: OffloadKey) -> tuple[ManagerModel, bool]:
-        """True iff ``key`` is READY or LOADING."""
-        return self, self.phase(key).readable
+    def lookup(self, key: OffloadKey) -> tuple[ManagerModel, bool | LookupResult]:
+        """True iff ``key`` is READY or LOADING. Under a profile answering
+        ``LookupAnswer.RESULT``: ``HIT`` (READY, LOADING), ``HIT_PENDING``
+        (PENDING) or ``MISS``."""
+        phase = self.phase(key)
+        if self.profile.lookup_answer is LookupAnswer.BOOL:
+            return self, phase.readable
+        if phase.readable:
+            return self, LookupResult.HIT
+        return self, LookupResult.HIT_PENDING if phase == PENDING else LookupResult.MISS
+
+    def offered(self, keys: Sequence[OffloadKey]) -> ManagerModel:
+        """What an offer of ``keys`` records before any room is sought: the
+        model a refused ``prepare_store(keys)`` leaves (invariant 4). Under
+        the default profile, nothing."""
+        return self
 
     def lookup_prefix(self, keys: Iterable[OffloadKey]) -> tuple[ManagerModel, int]:
         """Length of the longest prefix of READY/LOADING keys."""
@@ -576,11 +601,20 @@ class ManagerModel:
         offered if free slots do not suffice.
 
         Raises :class:`InvalidKeyError` for a key that is not ``bytes`` of at
-        least 4 bytes. ``None`` (and this very model) when fewer than
-        ``need = |new| - free`` eligible victims exist. ``victims``/``slots``:
+        least 4 bytes. ``None`` (and :meth:`offered`'s model: under the
+        default profile this very model) when fewer than ``need = |new| -
+        free`` eligible victims exist. ``victims``/``slots``:
         the implementation's choices, checked (:class:`SpecViolation`).
         """
         offered = dedup(validate_offload_key(k) for k in keys)
+        return self.offered(offered)._store(offered, victims, slots)
+
+    def _store(
+        self,
+        offered: tuple[OffloadKey, ...],
+        victims: Sequence[OffloadKey] | None,
+        slots: Iterable[SupportsIndex] | None,
+    ) -> tuple[ManagerModel, StoreResult | None]:
         given_slots = None if slots is None else tuple(slots)
         new = self.new_keys(offered)
         if not new:
@@ -660,7 +694,10 @@ class ManagerModel:
         Raises :class:`IllegalTransitionError` for the first ABSENT key.
         """
         call = Call.COMPLETE_STORE_OK if success else Call.COMPLETE_STORE_FAILED
-        targets = {key: apply_call(key, self.phase(key), call)[0] for key in dedup(keys)}
+        keys = dedup(keys)
+        if self.profile.complete_store_ignores_absent:
+            keys = tuple(key for key in keys if key in self.blocks)
+        targets = {key: apply_call(key, self.phase(key), call)[0] for key in keys}
         changed = tuple(k for k, phase in targets.items() if phase != self.phase(k))
         if success:
             blocks = self.blocks
@@ -708,8 +745,11 @@ class ManagerModel:
         policy emptied; one ``removed`` event for the READY/LOADING keys, in
         ascending slot order."""
         readable = sorted((b.slot, k) for k, b in self.blocks.items() if b.phase.readable)
-        events = self.events
-        if readable and self.enable_events:
+        events, view = self.events, self.consumer_view
+        if self.profile.reset_announce is ResetAnnounce.ENGINE:
+            if self.enable_events:
+                view = frozenset()  # the engine publishes its own all-cleared event
+        elif readable and self.enable_events:
             events += (self._event(tuple(k for _, k in readable), removed=True),)
         model = attrs.evolve(
             self,
@@ -717,6 +757,7 @@ class ManagerModel:
             fresh=tuple(range(self.num_blocks)),
             free_list=(),
             events=events,
+            consumer_view=view,
             policy=self.policy.cleared(),
         )
         return model, None

@@ -15,6 +15,7 @@ they describe live in :mod:`kvoffload.spec.releases`.
 from __future__ import annotations
 
 import enum
+import importlib
 
 import attrs
 
@@ -30,23 +31,37 @@ class LookupAnswer(enum.Enum):
 
 
 class FilterCounts(enum.Enum):
-    """What feeds a reuse filter's count table."""
+    """What feeds a reuse filter's count table (each recorded key: moved to
+    the table's most-recent end with one more count, or added with count 1
+    after the least-recent entry is dropped from a full table)."""
 
     #: Every key given to ``lookup`` / ``lookup_prefix``, also past a miss.
     LOOKUPS = "lookups"
-    #: Keys given to ``lookup_prefix`` up to and including the first miss
-    #: (what a scheduler that stops at the first miss shows the filter).
+    #: Keys given to ``lookup`` and, of ``lookup_prefix``, those up to and
+    #: including the first key that is not readable (what a scheduler that
+    #: stops at the first miss shows the filter).
     LOOKUPS_TO_FIRST_MISS = "lookups-to-first-miss"
-    #: Keys offered to ``prepare_store``.
+    #: Every key offered to ``prepare_store``, in offer order, before the
+    #: threshold is applied (also when the store is then refused).
     OFFERS = "offers"
+    #: As ``OFFERS``, but an offer never pushes its own keys out of a full
+    #: table: the offered keys already counted are counted first; a new key
+    #: is added only while the table holds an entry outside the offer to
+    #: drop (else it is not counted).
+    OFFERS_KEEPING_OFFERED = "offers-keeping-offered"
 
 
 class RecencyCommit(enum.Enum):
     """When a use of a block reaches the replacement policy."""
 
-    #: At ``touch`` (and at store), immediately.
+    #: At ``touch`` (and at store), immediately; loads and offers are no use.
     TOUCH = "touch"
-    #: When the request that used the block finishes (``on_request_finished``).
+    #: ``touch`` still counts at once, and each request's loads and offers
+    #: are also uses, committed when the request finishes
+    #: (``on_request_finished``): LRU moves the keys the request used to the
+    #: most-recent end, ARC promotes the ready keys it reused to T2; storing
+    #: a ghost key adapts ARC's target once per request (see docs/SPEC.md,
+    #: "Profiles").
     REQUEST_END = "request-end"
 
 
@@ -79,6 +94,14 @@ class Profile:
     ``private_events``: events flagged ``metadata_only`` are internal
     clean-up never published to consumers; the kit drops them.
     ``event_block_size``: events carry ``block_size``.
+    ``validates_keys``: ``prepare_store`` rejects a key that is not ``bytes``
+    of at least 4 bytes (``InvalidKeyError``, or any exception under
+    ``ErrorStyle.ANY``); when False the kit never offers malformed keys.
+    ``complete_store_ignores_absent``: ``complete_store`` of a key that is
+    not tracked (never stored, evicted, failed, reset) is a no-op instead of
+    an illegal call.
+
+    docs/SPEC.md ("Profiles") gives each option's meaning in the models.
     """
 
     name: str = "kvoffload"
@@ -92,6 +115,8 @@ class Profile:
     has_reset: bool = True
     private_events: bool = False
     event_block_size: bool = True
+    validates_keys: bool = True
+    complete_store_ignores_absent: bool = False
 
     def describe(self) -> str:
         """One line naming every option's value."""
@@ -108,3 +133,72 @@ class Profile:
 
 #: kvoffload's own contract: today's behaviour of every built-in manager.
 DEFAULT = Profile()
+
+#: Managers of the older block-hash-list API audited through
+#: ``LegacyManagerAdapter``: illegal calls fail with any exception
+#: (``KeyError``, ``assert``), no ``reset_cache``, no key validation.
+LEGACY = attrs.evolve(
+    DEFAULT,
+    name="legacy",
+    errors=ErrorStyle.ANY,
+    has_reset=False,
+    validates_keys=False,
+)
+
+PRESETS: dict[str, Profile] = {DEFAULT.name: DEFAULT, LEGACY.name: LEGACY}
+"""Every named profile, by name. :mod:`kvoffload.spec.releases` adds one
+preset per vLLM generation (its ``PRESETS``) when first asked for a name."""
+
+_RELEASES_MODULE = "kvoffload.spec.releases"
+
+
+def _load_release_presets() -> None:
+    try:
+        module = importlib.import_module(_RELEASES_MODULE)
+    except ModuleNotFoundError as error:
+        if error.name != _RELEASES_MODULE:
+            raise
+        return
+    for profile in getattr(module, "PRESETS", ()):
+        register(profile)
+
+
+def register(profile: Profile) -> Profile:
+    """Add ``profile`` to :data:`PRESETS` under its name; a different
+    profile already there under that name is a :class:`ValueError`."""
+    known = PRESETS.setdefault(profile.name, profile)
+    if known != profile:
+        raise ValueError(f"a different profile is already named {profile.name!r}")
+    return profile
+
+
+def preset_names() -> tuple[str, ...]:
+    """The names :func:`profile_named` accepts."""
+    _load_release_presets()
+    return tuple(PRESETS)
+
+
+def profile_named(name: str) -> Profile:
+    """The preset called ``name`` (``"kvoffload"``, ``"legacy"``, or a vLLM
+    release's, e.g. ``"vllm-0.33"``); ``KeyError`` naming the known ones."""
+    _load_release_presets()
+    try:
+        return PRESETS[name]
+    except KeyError:
+        raise KeyError(f"no profile named {name!r}; known: {', '.join(PRESETS)}") from None
+
+
+__all__ = [
+    "DEFAULT",
+    "LEGACY",
+    "PRESETS",
+    "ErrorStyle",
+    "FilterCounts",
+    "LookupAnswer",
+    "Profile",
+    "RecencyCommit",
+    "ResetAnnounce",
+    "preset_names",
+    "profile_named",
+    "register",
+]

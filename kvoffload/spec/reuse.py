@@ -1,10 +1,12 @@
-"""The reuse filter (reference 000) as an immutable model.
+"""The reuse filter as an immutable model.
 
 :class:`ReuseFilterModel` stands in front of a
 :class:`~kvoffload.spec.model.ManagerModel` (``backing``) as
 ``FilterReusedOffloadingManager`` stands in front of a manager. Its own state
 is ``counts``: ``(key, count)`` pairs, least-recently-seen first, at most
-``max_tracker_size`` of them.
+``max_tracker_size`` of them. What feeds the table is the backing profile's
+``filter_counts`` (:class:`~kvoffload.spec.profile.FilterCounts`); the
+default, ``LOOKUPS``:
 
 - ``lookup(key)`` records ``key``; ``lookup_prefix(keys)`` records every key
   given, in order, even past the first miss. Recording a key: if counted,
@@ -16,8 +18,15 @@ is ``counts``: ``(key, count)`` pairs, least-recently-seen first, at most
   ``store_threshold`` times plus the offered keys the backing already reads
   (``lookup`` True) — so a stored key stays protected from eviction
   (invariant 3) though below the threshold. It changes no count.
-- ``reset_cache`` resets the backing and empties the table.
+- ``reset_cache`` resets the backing and empties the table (kept under a
+  profile whose ``filter_reset_clears`` is False).
 - Every other call is the backing's.
+
+``LOOKUPS_TO_FIRST_MISS`` records, of a ``lookup_prefix``, only the keys up
+to and including the first one that is not readable. ``OFFERS`` records no
+lookup but every offered key, before the threshold is applied (so also when
+the store is then refused); ``OFFERS_KEEPING_OFFERED`` records offers without
+letting an offer push its own keys out of a full table.
 
 Transitions return ``(new_filter, result)`` like the manager model's, and
 :meth:`ReuseFilterModel.apply` takes the same operation values.
@@ -31,7 +40,7 @@ from typing import SupportsIndex
 
 import attrs
 
-from kvoffload.spec.contract import OffloadingEvent
+from kvoffload.spec.contract import LookupResult, OffloadingEvent
 from kvoffload.spec.errors import ConfigurationError
 from kvoffload.spec.keys import OffloadKey, validate_offload_key
 from kvoffload.spec.model import (
@@ -39,7 +48,9 @@ from kvoffload.spec.model import (
     Operation,
     Result,
     StoreResult,
+    dedup,
 )
+from kvoffload.spec.profile import FilterCounts
 
 Counts = tuple[tuple[OffloadKey, int], ...]
 
@@ -75,8 +86,51 @@ class ReuseFilterModel:
         return self.backing
 
     def passed_keys(self, keys: tuple[OffloadKey, ...]) -> tuple[OffloadKey, ...]:
-        """The keys a ``prepare_store(keys)`` passes to the backing."""
-        return self.eligible(keys)
+        """The keys a ``prepare_store(keys)`` passes to the backing (counted
+        after the offer, where offers are counted)."""
+        return self._counted_offer(keys).eligible(keys)
+
+    @property
+    def counting(self) -> FilterCounts:
+        """What feeds the table (the backing profile's ``filter_counts``)."""
+        return self.backing.profile.filter_counts
+
+    def offered(self, keys: Sequence[OffloadKey]) -> ReuseFilterModel:
+        """What an offer of ``keys`` records before any room is sought: the
+        counts (where offers count) and what the backing records of the keys
+        passed to it. A refused ``prepare_store`` leaves this model."""
+        counted = self._counted_offer(keys)
+        return counted._with(counted.backing.offered(dedup(counted.eligible(keys))))
+
+    def _counted_offer(self, keys: Sequence[OffloadKey]) -> ReuseFilterModel:
+        if self.counting is FilterCounts.OFFERS:
+            return attrs.evolve(self, counts=self._recorded(keys))
+        if self.counting is FilterCounts.OFFERS_KEEPING_OFFERED:
+            return attrs.evolve(self, counts=self._recorded_keeping(keys))
+        return self
+
+    def _recorded_keeping(self, keys: Sequence[OffloadKey]) -> Counts:
+        """The table after counting an offer without dropping its own keys:
+        counted keys first (each occurrence), then new keys while an entry
+        outside the offer remains to drop from a full table."""
+        table = OrderedDict(self.counts)
+        kept: set[OffloadKey] = set()
+        for key in keys:
+            if key in table:
+                table.move_to_end(key)
+                table[key] += 1
+                kept.add(key)
+        droppable = len(table) - len(kept)
+        for key in keys:
+            if key in table:
+                continue
+            if len(table) >= self.max_tracker_size:
+                if droppable == 0:
+                    continue
+                table.popitem(last=False)
+                droppable -= 1
+            table[key] = 1
+        return tuple(table.items())
 
     def count(self, key: OffloadKey) -> int:
         """How often ``key`` was looked up (0 if not in the table)."""
@@ -107,14 +161,22 @@ class ReuseFilterModel:
 
     # --- calls --------------------------------------------------------------
 
-    def lookup(self, key: OffloadKey) -> tuple[ReuseFilterModel, bool]:
-        return attrs.evolve(self, counts=self._recorded((key,))), self.backing.lookup(key)[1]
+    def lookup(self, key: OffloadKey) -> tuple[ReuseFilterModel, bool | LookupResult]:
+        counts = self.counts
+        if self.counting in (FilterCounts.LOOKUPS, FilterCounts.LOOKUPS_TO_FIRST_MISS):
+            counts = self._recorded((key,))
+        return attrs.evolve(self, counts=counts), self.backing.lookup(key)[1]
 
     def lookup_prefix(
         self, keys: Sequence[OffloadKey]
     ) -> tuple[ReuseFilterModel, int]:
-        recorded = attrs.evolve(self, counts=self._recorded(keys))
-        return recorded, self.backing.lookup_prefix(keys)[1]
+        hits = self.backing.lookup_prefix(keys)[1]
+        counts = self.counts
+        if self.counting is FilterCounts.LOOKUPS:
+            counts = self._recorded(keys)
+        elif self.counting is FilterCounts.LOOKUPS_TO_FIRST_MISS:
+            counts = self._recorded(keys[: hits + 1])
+        return attrs.evolve(self, counts=counts), hits
 
     def prepare_store(
         self,
@@ -124,10 +186,11 @@ class ReuseFilterModel:
         slots: Iterable[SupportsIndex] | None = None,
     ) -> tuple[ReuseFilterModel, StoreResult | None]:
         checked = tuple(validate_offload_key(k) for k in keys)
-        backing, result = self.backing.prepare_store(
-            self.eligible(checked), victims=victims, slots=slots
+        counted = self._counted_offer(checked)
+        backing, result = counted.backing.prepare_store(
+            counted.eligible(checked), victims=victims, slots=slots
         )
-        return self._with(backing), result
+        return counted._with(backing), result
 
     def complete_store(
         self, keys: Iterable[OffloadKey], success: bool = True
@@ -147,7 +210,8 @@ class ReuseFilterModel:
         return self._with(self.backing.touch(keys)[0]), None
 
     def reset_cache(self) -> tuple[ReuseFilterModel, None]:
-        return attrs.evolve(self, backing=self.backing.reset_cache()[0], counts=()), None
+        counts = () if self.backing.profile.filter_reset_clears else self.counts
+        return attrs.evolve(self, backing=self.backing.reset_cache()[0], counts=counts), None
 
     def take_events(
         self,

@@ -15,9 +15,10 @@ from __future__ import annotations
 import unittest
 from collections.abc import Callable
 
-from kvoffload.spec.contract import OffloadingManager
 from hypothesis import settings
 
+from kvoffload.spec.contract import OffloadingManager
+from kvoffload.spec.profile import DEFAULT, Profile
 from kvoffload.stateful.auditing import DEFAULT_EXAMPLES, AuditReport, audit
 from kvoffload.stateful.harness import (
     Discrepancy,
@@ -35,8 +36,9 @@ def conformance_test(
     *,
     policy: str = "any",
     reuse_filter: ReuseFilterParams | None = None,
-    typed_errors: bool = True,
-    supports_reset: bool = True,
+    profile: Profile = DEFAULT,
+    typed_errors: bool | None = None,
+    supports_reset: bool | None = None,
     max_examples: int | None = None,
 ) -> Callable[[], None]:
     """A test function auditing ``factory``: assign it to a ``test_*`` name.
@@ -48,14 +50,19 @@ def conformance_test(
     """
 
     def test() -> None:
-        profile = settings.default
+        hypothesis_settings = settings.default
         budget = max_examples
-        if budget is None and profile is not None and profile.max_examples > DEFAULT_EXAMPLES:
-            budget = profile.max_examples
+        if (
+            budget is None
+            and hypothesis_settings is not None
+            and hypothesis_settings.max_examples > DEFAULT_EXAMPLES
+        ):
+            budget = hypothesis_settings.max_examples
         report = audit(
             factory,
             policy=policy,
             reuse_filter=reuse_filter,
+            profile=profile,
             typed_errors=typed_errors,
             supports_reset=supports_reset,
             max_examples=budget,
@@ -72,8 +79,9 @@ def machine_test_case(
     *,
     policy: str = "any",
     reuse_filter: ReuseFilterParams | None = None,
-    typed_errors: bool = True,
-    supports_reset: bool = True,
+    profile: Profile = DEFAULT,
+    typed_errors: bool | None = None,
+    supports_reset: bool | None = None,
 ) -> type[unittest.TestCase]:
     """The state machine as a ``unittest.TestCase`` (assign it to a
     ``Test*`` name): Hypothesis's own shrinking and database, HypoFuzz-able."""
@@ -81,6 +89,7 @@ def machine_test_case(
         factory,
         policy=policy,
         reuse_filter=reuse_filter,
+        profile=profile,
         typed_errors=typed_errors,
         supports_reset=supports_reset,
     )

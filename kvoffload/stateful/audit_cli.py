@@ -13,10 +13,10 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import cast
 
-
 from kvoffload.spec.contract import OffloadingManager
+from kvoffload.spec.profile import DEFAULT, LEGACY, Profile, preset_names, profile_named
 from kvoffload.stateful.auditing import AuditReport, audit
-from kvoffload.stateful.harness import POLICIES, ReuseFilterParams
+from kvoffload.stateful.harness import POLICIES, ReuseFilterParams, with_overrides
 from kvoffload.stateful.legacy import LegacyManagerAdapter
 from kvoffload.stateful.targets import BUILTIN_TARGETS, BuiltinTarget
 
@@ -85,14 +85,42 @@ def add_target_arguments(parser: argparse.ArgumentParser) -> None:
         help="the target speaks the block-hash-list API (references 000-002)",
     )
     parser.add_argument(
-        "--no-typed-errors",
-        dest="typed_errors",
-        action="store_false",
-        help="the target does not promise OffloadingError for illegal calls",
+        "--profile",
+        metavar="NAME",
+        default=None,
+        help="the conventions the target keeps, a preset name: "
+        + ", ".join(preset_names())
+        + " (default: kvoffload; legacy with --legacy)",
     )
     parser.add_argument(
-        "--no-reset", dest="reset", action="store_false", help="never call reset_cache"
+        "--no-typed-errors",
+        dest="typed_errors",
+        action="store_const",
+        const=False,
+        default=None,
+        help="illegal calls may raise any exception (the profile's errors=any)",
     )
+    parser.add_argument(
+        "--no-reset",
+        dest="reset",
+        action="store_const",
+        const=False,
+        default=None,
+        help="never call reset_cache (the profile's has_reset=False)",
+    )
+
+
+def profile_from_args(args: argparse.Namespace) -> Profile:
+    """The profile ``--profile`` names (``TargetError`` for an unknown name),
+    with ``--no-typed-errors``/``--no-reset`` applied."""
+    name = args.profile
+    if name is None:
+        name = LEGACY.name if getattr(args, "legacy", False) else DEFAULT.name
+    try:
+        profile = profile_named(name)
+    except KeyError as error:
+        raise TargetError(str(error.args[0])) from None
+    return with_overrides(profile, args.typed_errors, args.reset)
 
 
 def targets_from_args(args: argparse.Namespace) -> list[tuple[BuiltinTarget, str | None]]:
@@ -131,6 +159,7 @@ def _row(report: AuditReport) -> str:
 def run(args: argparse.Namespace) -> int:
     try:
         targets = targets_from_args(args)
+        profile = profile_from_args(args)
     except TargetError as error:
         print(f"kvoffload audit: {error}", file=sys.stderr)
         return 2
@@ -145,8 +174,7 @@ def run(args: argparse.Namespace) -> int:
             target.factory,
             policy=target.policy,
             reuse_filter=target.reuse_filter,
-            typed_errors=args.typed_errors,
-            supports_reset=args.reset,
+            profile=profile,
             max_examples=args.examples,
             stateful_step_count=args.steps,
             seed=args.seed,
@@ -184,4 +212,11 @@ def main(argv: Sequence[str] | None = None) -> int:  # pragma: no cover - thin
     return run(parser.parse_args(argv))
 
 
-__all__ = ["TargetError", "add_arguments", "add_target_arguments", "resolve_target", "run"]
+__all__ = [
+    "TargetError",
+    "add_arguments",
+    "add_target_arguments",
+    "profile_from_args",
+    "resolve_target",
+    "run",
+]

@@ -15,6 +15,7 @@ import attrs
 
 from kvoffload.spec.contract import OffloadingManager
 from kvoffload.spec.invariants import Invariant
+from kvoffload.spec.profile import DEFAULT, Profile
 from kvoffload.stateful.harness import (
     Discrepancy,
     KitConfig,
@@ -88,8 +89,9 @@ def audit(
     max_examples: int | None = None,
     seed: int | None = None,
     reuse_filter: ReuseFilterParams | None = None,
-    typed_errors: bool = True,
-    supports_reset: bool = True,
+    profile: Profile = DEFAULT,
+    typed_errors: bool | None = None,
+    supports_reset: bool | None = None,
     stateful_step_count: int | None = None,
     max_blocks: int = 8,
     num_keys: int = 16,
@@ -100,9 +102,10 @@ def audit(
 
     ``policy``: ``"lru"``/``"arc"`` demand exact agreement with that policy's
     model, ``"any"`` accepts any legal victims. ``reuse_filter``: the manager
-    is a reuse filter with these parameters. ``typed_errors``: the manager
-    promises an ``OffloadingError`` for illegal calls (the kit then makes
-    them). ``max_examples``/``stateful_step_count`` default to
+    is a reuse filter with these parameters. ``profile``: the conventions
+    the manager keeps (:class:`~kvoffload.spec.profile.Profile`, e.g.
+    ``profile_named("vllm-0.33")``); ``typed_errors``/``supports_reset``, when
+    given, override its ``errors``/``has_reset``. ``max_examples``/``stateful_step_count`` default to
     ``DEFAULT_EXAMPLES``/``DEFAULT_STEPS`` whatever the Hypothesis profile:
     an audit's default budget is the same everywhere (``max_examples`` runs
     of about ``stateful_step_count`` calls). ``seed`` fixes the audit; None
@@ -120,6 +123,7 @@ def audit(
         factory,
         policy=policy,
         reuse_filter=reuse_filter,
+        profile=profile,
         typed_errors=typed_errors,
         supports_reset=supports_reset,
         max_blocks=max_blocks,

@@ -32,6 +32,7 @@ from kvoffload.spec.model import (
     TakeEvents,
     Touch,
 )
+from kvoffload.spec.profile import DEFAULT, Profile
 from kvoffload.stateful.harness import (
     Discrepancy,
     KitConfig,
@@ -95,8 +96,9 @@ def check_exhaustively(
     num_keys: int = 3,
     num_blocks: int = 2,
     reuse_filter: ReuseFilterParams | None = None,
-    typed_errors: bool = True,
-    supports_reset: bool = True,
+    profile: Profile = DEFAULT,
+    typed_errors: bool | None = None,
+    supports_reset: bool | None = None,
     name: str | None = None,
     factory_import: str | None = None,
 ) -> CheckReport:
@@ -108,13 +110,14 @@ def check_exhaustively(
         factory,
         policy=policy,
         reuse_filter=reuse_filter,
+        profile=profile,
         typed_errors=typed_errors,
         supports_reset=supports_reset,
         min_blocks=num_blocks,
         max_blocks=num_blocks,
         num_keys=num_keys,
     )
-    calls = alphabet(config.keys(), supports_reset)
+    calls = alphabet(config.keys(), config.profile.has_reset)
     started = time.perf_counter()
     initial, _ = replay(config, num_blocks, [])
     seen = {initial.model}

@@ -5,7 +5,12 @@ from __future__ import annotations
 import argparse
 import sys
 
-from kvoffload.stateful.audit_cli import TargetError, add_target_arguments, targets_from_args
+from kvoffload.stateful.audit_cli import (
+    TargetError,
+    add_target_arguments,
+    profile_from_args,
+    targets_from_args,
+)
 from kvoffload.stateful.check import check_exhaustively
 
 
@@ -22,6 +27,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         targets = targets_from_args(args)
+        profile = profile_from_args(args)
     except TargetError as error:
         print(f"kvoffload check: {error}", file=sys.stderr)
         return 2
@@ -34,8 +40,7 @@ def run(args: argparse.Namespace) -> int:
             num_keys=args.keys,
             num_blocks=args.blocks,
             reuse_filter=target.reuse_filter,
-            typed_errors=args.typed_errors,
-            supports_reset=args.reset,
+            profile=profile,
             name=target.name,
             factory_import=import_path,
         )

@@ -20,6 +20,7 @@ import attrs
 from kvoffload.spec.contract import (
     InspectableManager,
     InspectablePolicy,
+    LookupResult,
     OffloadingEvent,
     OffloadingManager,
     ReqContext,
@@ -38,6 +39,7 @@ from kvoffload.spec.model import (
     StoreResult,
 )
 from kvoffload.spec.policies import POLICY_NAMES, POLICY_REGISTRY
+from kvoffload.spec.profile import DEFAULT, ErrorStyle, Profile
 from kvoffload.spec.reuse import ReuseFilterModel
 from kvoffload.stateful.outputs import EventMetadata, compact_call, store_slots
 
@@ -90,17 +92,22 @@ class KitConfig:
     ``factory(num_blocks)`` builds a fresh manager with events enabled;
     ``policy`` is ``"lru"`` or ``"arc"`` (exact agreement with that policy's
     model) or ``"any"`` (any legal victim choice). ``reuse_filter``: the
-    manager is a reuse filter with these parameters. ``typed_errors``: the
-    manager promises an :class:`OffloadingError` for every illegal call, and
-    the kit makes illegal calls. ``supports_reset``: the kit calls
-    ``reset_cache``. ``events``: the manager emits events.
+    manager is a reuse filter with these parameters. ``profile``: the
+    conventions the manager keeps (:class:`~kvoffload.spec.profile.Profile`;
+    the kit makes only the calls the profile allows and judges answers as it
+    says). ``events``: the manager emits events.
+
+    ``typed_errors`` and ``supports_reset`` are the older spelling of
+    ``profile.errors`` and ``profile.has_reset``: when given (not None) they
+    override those options; afterwards both read the profile's values.
     """
 
     factory: ManagerFactory
     policy: str = "any"
     reuse_filter: ReuseFilterParams | None = None
-    typed_errors: bool = True
-    supports_reset: bool = True
+    profile: Profile = DEFAULT
+    typed_errors: bool | None = None
+    supports_reset: bool | None = None
     events: bool = True
     min_blocks: int = 1
     max_blocks: int = 4
@@ -113,6 +120,10 @@ class KitConfig:
             raise ValueError("need 1 <= min_blocks <= max_blocks")
         if not 1 <= self.num_keys <= 256:
             raise ValueError("num_keys must be in [1, 256]")
+        profile = with_overrides(self.profile, self.typed_errors, self.supports_reset)
+        object.__setattr__(self, "profile", profile)
+        object.__setattr__(self, "typed_errors", profile.errors is ErrorStyle.TYPED)
+        object.__setattr__(self, "supports_reset", profile.has_reset)
 
     def keys(self) -> tuple[OffloadKey, ...]:
         """The key universe: ``num_keys`` keys, two KV groups per block hash
@@ -123,7 +134,9 @@ class KitConfig:
         )
 
     def new_model(self, num_blocks: int) -> Model:
-        core = ManagerModel.create(num_blocks, self.policy, enable_events=self.events)
+        core = ManagerModel.create(
+            num_blocks, self.policy, enable_events=self.events, profile=self.profile
+        )
         if self.reuse_filter is None:
             return core
         return ReuseFilterModel(
@@ -131,6 +144,20 @@ class KitConfig:
             store_threshold=self.reuse_filter.store_threshold,
             max_tracker_size=self.reuse_filter.max_tracker_size,
         )
+
+
+def with_overrides(
+    profile: Profile, typed_errors: bool | None = None, supports_reset: bool | None = None
+) -> Profile:
+    """``profile`` with the older ``typed_errors``/``supports_reset`` flags
+    applied where given."""
+    if typed_errors is not None:
+        profile = attrs.evolve(
+            profile, errors=ErrorStyle.TYPED if typed_errors else ErrorStyle.ANY
+        )
+    if supports_reset is not None:
+        profile = attrs.evolve(profile, has_reset=supports_reset)
+    return profile
 
 
 def policy_state_of(core: ManagerModel) -> dict[str, object]:
@@ -166,7 +193,6 @@ class Harness:
         self.policy_inspectable = POLICY_REGISTRY[config.policy].implementable and isinstance(
             self.manager, InspectablePolicy
         )
-        self._last_event: dict[OffloadKey, bool] = {}
         self.evicted: list[OffloadKey] = []  # victims so far, oldest first
         self.last_answer: object = None  # the manager's answer to the last lookup_prefix
         profile = getattr(config, "profile", None)
@@ -268,33 +294,36 @@ class Harness:
     # --- illegal calls ------------------------------------------------------
 
     def _illegal(self, op: Operation, expected: OffloadingError) -> None:
-        if not self.config.typed_errors:
-            return  # the manager promises nothing for illegal calls: skip it
+        typed = self.config.profile.errors is ErrorStyle.TYPED
         call = op.render(SCRIPT_SPELLING)
-        self.trace.append((op, f"must_raise(lambda: {call})  # {type(expected).__name__}"))
+        raises = "" if typed else ", Exception"
+        self.trace.append(
+            (op, f"must_raise(lambda: {call}{raises})  # {type(expected).__name__}")
+        )
         try:
             op.call(self.manager, self.ctx)
         except OffloadingError as error:
-            if not isinstance(error, type(expected)):
+            if typed and not isinstance(error, type(expected)):
                 raise Discrepancy(
                     Invariant.ERRORS,
                     f"{call} raised {type(error).__name__}, expected {type(expected).__name__}",
                     getattr(expected, "key", None),
                 ) from error
         except Exception as error:
-            raise Discrepancy(
-                Invariant.ERRORS,
-                f"{call} raised {type(error).__name__}: {error}; expected an "
-                f"OffloadingError ({type(expected).__name__}: {expected})",
-                getattr(expected, "key", None),
-            ) from error
+            if typed:
+                raise Discrepancy(
+                    Invariant.ERRORS,
+                    f"{call} raised {type(error).__name__}: {error}; expected an "
+                    f"OffloadingError ({type(expected).__name__}: {expected})",
+                    getattr(expected, "key", None),
+                ) from error
         else:
             raise Discrepancy(
                 Invariant.ERRORS,
                 f"{call} was accepted; the lifecycle table forbids it: {expected}",
                 getattr(expected, "key", None),
             )
-        self.check_state()  # 4: an illegal call changes nothing
+        self.check_state()  # an illegal call changes nothing
 
     # --- legal calls: one check per kind of answer -----------------------------
 
@@ -313,15 +342,18 @@ class Harness:
 
     def _lookup_answer(self, op: Operation) -> None:
         expected = self._expect(op)
-        self._record(op, f"-> {expected}")
+        self._record(op, f"-> {_shown_answer(expected)}")
         actual = op.call(self.manager, self.ctx)
         self.last_answer = actual
-        if actual is not None and actual != expected:
+        if not lookup_agrees(actual, expected):
             raise Discrepancy(
                 Invariant.LOOKUP,
-                _named(f"{op.render(SCRIPT_SPELLING)} answered {actual}, expected {expected}"),
+                _named(
+                    f"{op.render(SCRIPT_SPELLING)} answered {_shown_answer(actual)}, "
+                    f"expected {_shown_answer(expected)}"
+                ),
                 op.keys_mentioned[0] if op.answer is Answer.LOOKUP else None,
-                check=f"expect(out, {expected!r}, {op.method!r})",
+                check=f"expect(answer(out), {_shown_answer(expected)!r}, {op.method!r})",
             )
 
     def _store_answer(self, op: Operation) -> None:
@@ -408,28 +440,39 @@ class Harness:
             )
 
     def _events_answer(self, op: Operation) -> None:
+        held = core_of(self.model).consumer_view  # what a consumer holds now
         expected = self._expect(op)
         self._record(op)
         answer = op.call(self.manager, self.ctx)
         actual = list(cast(Sequence[OffloadingEvent], answer))
+        if self.config.profile.private_events:  # internal clean-up, never published
+            actual = [e for e in actual if not getattr(e, "metadata_only", False)]
         self.trace[-1] = (op, op.render(SCRIPT_SPELLING) + f"  # -> {len(actual)} event(s)")
         if not isinstance(expected, tuple):  # pragma: no cover
             raise TypeError(expected)
-        self._check_events(actual, [e for e in expected if isinstance(e, OffloadingEvent)])
+        self._check_events(
+            held, actual, [e for e in expected if isinstance(e, OffloadingEvent)]
+        )
 
     # --- events -------------------------------------------------------------
 
     def _check_events(
-        self, actual: Sequence[OffloadingEvent], expected: Sequence[OffloadingEvent]
+        self,
+        held: frozenset[OffloadKey],
+        actual: Sequence[OffloadingEvent],
+        expected: Sequence[OffloadingEvent],
     ) -> None:
+        """``actual`` against ``expected``, for a consumer that holds
+        ``held`` (the model's view: it follows engine-announced resets)."""
         want = [(tuple(e.keys), e.removed) for e in expected]
         check = f"expect(events_of(out), {_literal_events(want)}, 'events')"
+        stored: dict[OffloadKey, bool] = dict.fromkeys(held, True)
         for event in actual:
             wrong = self.metadata.check(event)
             if wrong is not None:
                 raise Discrepancy(Invariant.EVENTS, wrong)
             for key in event.keys:
-                last = self._last_event.get(key)
+                last = stored.get(key)
                 if event.removed and last is not True:
                     raise Discrepancy(
                         Invariant.EVENTS,
@@ -444,7 +487,7 @@ class Harness:
                         key,
                         check=check,
                     )
-                self._last_event[key] = not event.removed
+                stored[key] = not event.removed
         got = [(tuple(e.keys), bool(e.removed)) for e in actual]
         if self._unordered and len(got) == len(want):
             got = [
@@ -457,12 +500,12 @@ class Harness:
                 f"events {_render_events(got)}, expected {_render_events(want)}",
                 check=check,
             )
-        held = frozenset(k for k, stored in self._last_event.items() if stored)
+        now_held = frozenset(k for k, is_stored in stored.items() if is_stored)
         readable = core_of(self.model).readable_keys()
-        if held != readable:
+        if now_held != readable:
             raise Discrepancy(
                 Invariant.EVENTS,
-                f"a consumer of the events holds {sorted(held)!r}, the readable "
+                f"a consumer of the events holds {sorted(now_held)!r}, the readable "
                 f"keys are {sorted(readable)!r}",
                 check=check,
             )
@@ -477,6 +520,31 @@ _CHECKS: dict[Answer, Callable[[Harness, Operation], None]] = {
     Answer.EVENTS: Harness._events_answer,
 }
 """How the kit checks each kind of answer (every operation names its kind)."""
+
+
+def _shown_answer(value: object) -> object:
+    """A lookup answer as compared: a result enum by its name."""
+    name = getattr(value, "name", None)
+    return name if isinstance(name, str) and not isinstance(value, (bool, int)) else value
+
+
+def lookup_agrees(actual: object, expected: object) -> bool:
+    """Whether a manager's lookup answer ``actual`` is the model's
+    ``expected`` (a bool, an int for ``lookup_prefix``, or a
+    :class:`LookupResult`). ``None`` and a result named ``RETRY`` ("ask
+    again") always agree; a result enum is compared by name, and a plain
+    bool against a result means "readable" (``HIT``)."""
+    if actual is None or _shown_answer(actual) == "RETRY":
+        return True
+    if isinstance(expected, LookupResult):
+        if isinstance(actual, bool):
+            return actual == (expected is LookupResult.HIT)
+        return _shown_answer(actual) == expected.name
+    if isinstance(expected, bool) and not isinstance(actual, bool):
+        name = _shown_answer(actual)
+        if isinstance(name, str):
+            return (name == "HIT") == expected
+    return actual == expected
 
 
 def key_name(key: object) -> str:
@@ -549,12 +617,17 @@ def _render_events(events: Sequence[tuple[tuple[OffloadKey, ...], bool]]) -> str
 
 
 SCRIPT_HELPERS = '''\
-def must_raise(call):
+def must_raise(call, error=OffloadingError):
     try:
         call()
-    except OffloadingError:
+    except error:
         return
     raise AssertionError("accepted a call the specification forbids")
+
+
+def answer(value):
+    name = getattr(value, "name", None)
+    return name if isinstance(name, str) and not isinstance(value, int) else value
 
 
 def shown(value):

@@ -2,8 +2,8 @@
 
 :func:`make_manager_machine` turns a :class:`KitConfig` into a
 ``RuleBasedStateMachine`` subclass whose rules make every call of the
-contract — legal ones, and illegal ones for managers that promise typed
-errors — and step a :class:`~kvoffload.stateful.harness.Harness` with each.
+contract — legal ones, and illegal ones (each must raise, as the profile's
+``errors`` says, and change nothing) — and step a :class:`~kvoffload.stateful.harness.Harness` with each.
 Bundles carry stores and loads in flight between ``prepare_*`` and
 ``complete_*``.
 """
@@ -40,6 +40,8 @@ from kvoffload.spec.model import (
     TakeEvents,
     Touch,
 )
+from kvoffload.spec.profile import ResetAnnounce
+from kvoffload.spec.reuse import ReuseFilterModel
 from kvoffload.stateful.harness import Harness, KitConfig, core_of
 
 _TRACKED = (PhaseKind.PENDING, PhaseKind.READY, PhaseKind.LOADING)
@@ -80,6 +82,11 @@ class ManagerMachine(RuleBasedStateMachine):
 
     def _keys(self) -> st.SearchStrategy[OffloadKey]:
         return st.sampled_from(self.config.keys())
+
+    def _offer(self, max_size: int) -> st.SearchStrategy[list[OffloadKey]]:
+        """An offer: repeats only where the profile lets an engine repeat."""
+        unique = not self.config.profile.offers_repeat_keys
+        return st.lists(self._keys(), min_size=1, max_size=max_size, unique=unique)
 
     def _phase_keys(self, *kinds: PhaseKind) -> list[OffloadKey]:
         core = core_of(self.harness.model)
@@ -137,7 +144,7 @@ class ManagerMachine(RuleBasedStateMachine):
 
     @rule(target=stores, data=st.data())
     def prepare_store(self, data: st.DataObject) -> Any:
-        keys = tuple(data.draw(st.lists(self._keys(), min_size=1, max_size=5), label="keys"))
+        keys = tuple(data.draw(self._offer(5), label="keys"))
         before = core_of(self.harness.model)
         new = before.new_keys(keys)
         self.step(PrepareStore(keys))
@@ -148,7 +155,7 @@ class ManagerMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def store_and_complete(self, data: st.DataObject) -> None:
         """The common engine flow: prepare a store and complete it at once."""
-        keys = tuple(data.draw(st.lists(self._keys(), min_size=1, max_size=4), label="keys"))
+        keys = tuple(data.draw(self._offer(4), label="keys"))
         before = core_of(self.harness.model)
         new = before.new_keys(keys)
         self.step(PrepareStore(keys))
@@ -176,6 +183,55 @@ class ManagerMachine(RuleBasedStateMachine):
         after = core_of(self.harness.model)
         stored = tuple(k for k in new if after.phase(k).kind is PhaseKind.PENDING)
         return multiple(stored) if stored else multiple()
+
+    def _filter_split(self) -> tuple[list[OffloadKey], list[OffloadKey]]:
+        """Behind a reuse filter: the READY keys the filter would not pass on
+        by count (below the threshold) and the ABSENT keys it admits."""
+        model = self.harness.model
+        if not isinstance(model, ReuseFilterModel):
+            return [], []
+        below = [
+            k for k in self._phase_keys(PhaseKind.READY)
+            if model.count(k) < model.store_threshold
+        ]
+        admitted = [
+            k for k in self._phase_keys(PhaseKind.ABSENT)
+            if model.count(k) >= model.store_threshold
+        ]
+        return below, admitted
+
+    @precondition(
+        lambda self: isinstance(self.harness.model, ReuseFilterModel)
+        and bool(self._phase_keys(PhaseKind.READY))
+    )
+    @rule(data=st.data())
+    def look_up_other_keys(self, data: st.DataObject) -> None:
+        """Behind a reuse filter, look up the keys that are not stored (other
+        requests' prompts): their counts push stored keys' counts out of the
+        filter's table, the case where only protection keeps a stored key."""
+        others = self._phase_keys(PhaseKind.ABSENT, PhaseKind.PENDING)
+        self.step(LookupPrefix(tuple(data.draw(st.permutations(others), label="keys"))))
+
+    def _needs_eviction_through_filter(self) -> bool:
+        below, admitted = self._filter_split()
+        return bool(below) and len(admitted) > core_of(self.harness.model).free_count()
+
+    @precondition(lambda self: self._needs_eviction_through_filter())
+    @rule(target=stores, data=st.data())
+    def store_chain_through_filter(self, data: st.DataObject) -> Any:
+        """Behind a reuse filter, offer stored keys whose counts are below
+        the threshold with more keys the filter admits than there are free
+        slots: the stored ones must stay protected from the eviction though
+        their counts alone would drop them."""
+        below, admitted = self._filter_split()
+        free = core_of(self.harness.model).free_count()
+        stored = data.draw(st.permutations(below), label="stored")[:3]
+        new = data.draw(st.permutations(admitted), label="new")
+        count = data.draw(st.integers(free + 1, len(new)), label="how many new")
+        self.step(PrepareStore((*stored, *new[:count])))
+        after = core_of(self.harness.model)
+        pending = tuple(k for k in new if after.phase(k).kind is PhaseKind.PENDING)
+        return multiple(pending) if pending else multiple()
 
     @rule(target=stores, batch=consumes(stores), data=st.data())
     def complete_store(self, batch: tuple[OffloadKey, ...], data: st.DataObject) -> Any:
@@ -223,21 +279,22 @@ class ManagerMachine(RuleBasedStateMachine):
     def take_events(self) -> None:
         self.step(TakeEvents())
 
-    @precondition(lambda self: self.config.supports_reset)
+    @precondition(lambda self: self.config.profile.has_reset)
     @rule()
     def reset_cache(self) -> None:
+        if self.config.profile.reset_announce is ResetAnnounce.ENGINE:
+            # the engine takes the queued events, resets, then publishes its
+            # own all-cleared event
+            self.step(TakeEvents())
         self.step(ResetCache())
 
     @rule(name=st.sampled_from(("on_new_request", "on_request_finished", "on_schedule_end")))
     def request_hook(self, name: str) -> None:
         self.step(RequestHook(name))
 
-    # --- illegal calls (managers that promise typed errors) ----------------
+    # --- illegal calls (every manager: typed errors or any, as the profile says)
 
-    @precondition(
-        lambda self: self.config.typed_errors
-        and bool(self._phase_keys(PhaseKind.ABSENT, PhaseKind.PENDING))
-    )
+    @precondition(lambda self: bool(self._phase_keys(PhaseKind.ABSENT, PhaseKind.PENDING)))
     @rule(data=st.data())
     def illegal_prepare_load(self, data: st.DataObject) -> None:
         bad = data.draw(st.sampled_from(self._phase_keys(PhaseKind.ABSENT, PhaseKind.PENDING)))
@@ -245,7 +302,6 @@ class ManagerMachine(RuleBasedStateMachine):
         keys = [*good[:1], bad]
         self.step(PrepareLoad(tuple(keys)))
 
-    @precondition(lambda self: self.config.typed_errors)
     @rule(data=st.data())
     def illegal_complete_load(self, data: st.DataObject) -> None:
         idle = self._phase_keys(PhaseKind.ABSENT, PhaseKind.PENDING, PhaseKind.READY)
@@ -259,19 +315,18 @@ class ManagerMachine(RuleBasedStateMachine):
             return
         self.step(CompleteLoad(keys))
 
-    @precondition(
-        lambda self: self.config.typed_errors and bool(self._phase_keys(PhaseKind.ABSENT))
-    )
+    @precondition(lambda self: bool(self._phase_keys(PhaseKind.ABSENT)))
     @rule(data=st.data(), success=st.booleans())
     def illegal_complete_store(self, data: st.DataObject, success: bool) -> None:
         absent = data.draw(st.sampled_from(self._phase_keys(PhaseKind.ABSENT)))
         pending = self._phase_keys(PhaseKind.PENDING)
         self.step(CompleteStore((*pending[:1], absent), success))
 
-    @precondition(lambda self: self.config.typed_errors)
+    @precondition(lambda self: self.config.profile.validates_keys)
     @rule(data=st.data(), bad=st.sampled_from(BAD_KEYS))
     def illegal_prepare_store(self, data: st.DataObject, bad: object) -> None:
-        good = data.draw(st.lists(self._keys(), max_size=2), label="keys")
+        unique = not self.config.profile.offers_repeat_keys
+        good = data.draw(st.lists(self._keys(), max_size=2, unique=unique), label="keys")
         self.step(PrepareStore((*good, bad)))  # type: ignore[arg-type]
 
     @invariant()

@@ -47,6 +47,7 @@ from kvoffload.spec.model import (
     Touch,
 )
 from kvoffload.spec.policies import ARCModel
+from kvoffload.spec.profile import ResetAnnounce
 from kvoffload.stateful.harness import Harness, KitConfig, core_of
 
 BAD_KEYS: tuple[object, ...] = (b"", b"abc", "blk00\x00\x00\x00\x00", 7, None)
@@ -96,6 +97,13 @@ class Run:
             return ()
         count = self.rng.randint(min(low, len(pool)), min(len(pool), self.max_batch))
         return tuple(self.rng.sample(list(pool), count))
+
+    def offer(self, low: int = 1) -> tuple[OffloadKey, ...]:
+        """Keys for a ``prepare_store``: repeats only where the profile lets
+        an engine repeat a key in one offer."""
+        if self.harness.config.profile.offers_repeat_keys:
+            return self.some(self.keys, low)
+        return self.subset(self.keys, low)
 
     def step(self, op: Operation) -> None:
         self.harness.step(op)
@@ -156,7 +164,7 @@ def _touch_evicted(run: Run) -> None:
 
 
 def _prepare_store(run: Run) -> None:
-    run.store(run.some(run.keys, 1))
+    run.store(run.offer())
 
 
 def _store_new(run: Run) -> None:
@@ -180,7 +188,7 @@ def _store_chain(run: Run) -> None:
 
 
 def _store_and_complete(run: Run) -> None:
-    stored = run.store(run.some(run.keys, 1))
+    stored = run.store(run.offer())
     if stored:
         run.stores.remove(stored)
         run.step(CompleteStore(stored, True))
@@ -262,6 +270,10 @@ def _take_events(run: Run) -> None:
 
 
 def _reset(run: Run) -> None:
+    if run.harness.config.profile.reset_announce is ResetAnnounce.ENGINE:
+        # the engine takes the queued events, resets, then publishes its own
+        # all-cleared event
+        run.step(TakeEvents())
     run.step(ResetCache())
     run.stores.clear()
     run.loads.clear()
@@ -300,7 +312,7 @@ def _illegal_complete_store(run: Run) -> None:
 
 
 def _illegal_prepare_store(run: Run) -> None:
-    good = run.some(run.keys, 0, 2)
+    good = run.subset(run.keys)[:2]
     run.step(PrepareStore((*good, run.rng.choice(BAD_KEYS))))  # type: ignore[arg-type]
 
 
@@ -308,8 +320,8 @@ def _illegal_prepare_store(run: Run) -> None:
 class SwarmAction:
     """A kind of call the driver makes: its name, base weight (another one
     for reuse filters, which pass keys on only once counted), and whether
-    it is an illegal call (made only for managers that promise to reject
-    them) or needs ``reset_cache``."""
+    it is an illegal call (each must raise, as the profile says, and change
+    nothing) or needs ``reset_cache``."""
 
     name: str
     weight: int
@@ -355,10 +367,11 @@ def draw_mix(rng: random.Random, config: KitConfig) -> dict[str, int]:
     at least one storing action stays on."""
     p_off = rng.choice((0.0, 0.15, 0.3, 0.5))
     mix: dict[str, int] = {}
+    profile = config.profile
     for action in ACTIONS:
-        if action.illegal and not config.typed_errors:
+        if action.needs_reset and not profile.has_reset:
             continue
-        if action.needs_reset and not config.supports_reset:
+        if action.name == "illegal_prepare_store" and not profile.validates_keys:
             continue
         if rng.random() < p_off and action.name not in _CORE:
             continue

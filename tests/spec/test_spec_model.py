@@ -7,7 +7,11 @@ import numpy as np
 import pytest
 
 from kvoffload.spec.contract import OffloadingEvent
-from kvoffload.spec.errors import ConfigurationError, IllegalTransitionError, InvalidKeyError
+from kvoffload.spec.errors import (
+    ConfigurationError,
+    IllegalTransitionError,
+    InvalidKeyError,
+)
 from kvoffload.spec.invariants import Invariant, Step, Violation, check_step, liveness
 from kvoffload.spec.keys import OffloadKey
 from kvoffload.spec.lifecycle import ABSENT, PENDING, READY, Call, loading

@@ -17,7 +17,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kvoffload.spec.errors import IllegalTransitionError, InvalidKeyError
-from kvoffload.spec.invariants import Step, check_step, manager_of, passed_keys, table_calls
+from kvoffload.spec.invariants import (
+    Step,
+    check_step,
+    manager_of,
+    passed_keys,
+    table_calls,
+)
 from kvoffload.spec.keys import OffloadKey
 from kvoffload.spec.lifecycle import TRANSITIONS, Call, PhaseKind, apply, is_legal
 from kvoffload.spec.model import (
@@ -36,6 +42,13 @@ from kvoffload.spec.model import (
     Touch,
 )
 from kvoffload.spec.policies import AnyPolicyModel, ARCModel
+from kvoffload.spec.profile import (
+    DEFAULT,
+    FilterCounts,
+    LookupAnswer,
+    Profile,
+    ResetAnnounce,
+)
 from kvoffload.spec.reuse import ReuseFilterModel
 
 KEYS = tuple(OffloadKey(bytes([i]) * 4) for i in range(6))
@@ -136,8 +149,11 @@ def expect_illegal(state: Model, op: Operation, error: Exception) -> None:
 
 
 def run_sequence(data: st.DataObject, state: Model, steps: int) -> None:
+    engine_resets = manager_of(state).profile.reset_announce is ResetAnnounce.ENGINE
     for _ in range(steps):
         op = draw_op(data, state)
+        if isinstance(op, ResetCache) and engine_resets:
+            state = state.take_events()[0]  # the engine drains, then resets
         try:
             after, result = state.apply(op)
         except (IllegalTransitionError, InvalidKeyError) as error:
@@ -218,6 +234,35 @@ def test_reuse_filter_model_keeps_every_invariant(
     )
     state = ReuseFilterModel(backing, store_threshold=threshold, max_tracker_size=tracker)
     run_sequence(data, state, config["steps"])
+
+
+#: Every option away from its default at once (where the models read it).
+VARIANT = Profile(
+    name="variant",
+    lookup_answer=LookupAnswer.RESULT,
+    filter_counts=FilterCounts.OFFERS_KEEPING_OFFERED,
+    filter_reset_clears=False,
+    reset_announce=ResetAnnounce.ENGINE,
+    complete_store_ignores_absent=True,
+)
+
+
+@pytest.mark.parametrize("counts", list(FilterCounts))
+@pytest.mark.parametrize("policy", ["lru", "arc"])
+@settings(SETTINGS, max_examples=25)
+@given(config=configs, data=st.data(), tracker=st.integers(1, 8))
+def test_models_keep_every_invariant_under_other_profiles(
+    policy: str, counts: FilterCounts, config: dict[str, int], data: st.DataObject, tracker: int
+) -> None:
+    profile = VARIANT if counts is FilterCounts.OFFERS_KEEPING_OFFERED else Profile(
+        name=counts.value, filter_counts=counts
+    )
+    backing = ManagerModel.create(
+        config["num_blocks"], policy, enable_events=bool(config["enable_events"]),
+        profile=profile,
+    )
+    run_sequence(data, ReuseFilterModel(backing, max_tracker_size=tracker), config["steps"])
+    assert DEFAULT.filter_counts is FilterCounts.LOOKUPS
 
 
 def test_every_table_row_was_reached() -> None:

@@ -21,6 +21,7 @@ from kvoffload.spec.model import (
     TakeEvents,
     Touch,
 )
+from kvoffload.spec.profile import LEGACY
 from kvoffload.stateful import (
     KitConfig,
     LegacyManagerAdapter,
@@ -178,8 +179,7 @@ def test_legacy_adapter_over_a_list_api_manager_passes() -> None:
     report = audit(
         lambda n: LegacyManagerAdapter(ListAPI(n)),
         policy="lru",
-        typed_errors=False,
-        supports_reset=False,
+        profile=LEGACY,
         max_examples=60,
     )
     assert report.passed, report.render()

@@ -51,6 +51,7 @@ from kvoffload.spec.model import (
     TakeEvents,
     Touch,
 )
+from kvoffload.spec.profile import DEFAULT, LEGACY
 from kvoffload.stateful import AuditReport, KitConfig, ReuseFilterParams, audit
 from kvoffload.stateful.shrink import failure_kind, replay
 
@@ -432,8 +433,7 @@ def audit_third_party(manager: ThirdParty, max_examples: int | None = None) -> A
         manager.factory,
         policy=manager.policy,
         reuse_filter=manager.reuse_filter,
-        typed_errors=not manager.legacy,
-        supports_reset=not manager.legacy,
+        profile=LEGACY if manager.legacy else DEFAULT,
         max_examples=max_examples,
         name=manager.name,
         factory_import=manager.import_path,
@@ -458,8 +458,7 @@ def test_defective_third_party_is_found(manager: ThirdParty) -> None:
         manager.factory,
         policy=manager.policy,
         reuse_filter=manager.reuse_filter,
-        typed_errors=not manager.legacy,
-        supports_reset=not manager.legacy,
+        profile=LEGACY if manager.legacy else DEFAULT,
     )
     assert_script_reproduces(report, config)
 

@@ -374,10 +374,11 @@ class LegacyLRUManager:
                 self.blocks.move_to_end(block_hash)
 
     def complete_load(self, block_hashes: Iterable[bytes]) -> None:
-        for block_hash in block_hashes:
-            entry = self.blocks[block_hash]
-            assert entry.ref_cnt > 0, "no load in flight"
-            entry.ref_cnt -= 1
+        hashes = list(block_hashes)
+        for block_hash, releases in Counter(hashes).items():  # check all, then change
+            assert self.blocks[block_hash].ref_cnt >= releases, "no load in flight"
+        for block_hash in hashes:
+            self.blocks[block_hash].ref_cnt -= 1
 
     def choose_victims(self, need: int, offered: set[bytes]) -> list[bytes] | None:
         chosen = [
