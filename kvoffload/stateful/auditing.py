@@ -24,7 +24,7 @@ from kvoffload.stateful.harness import (
 )
 from kvoffload.stateful.coverage import CoverageSummary
 from kvoffload.stateful.drivers import explore, observability_warning
-from kvoffload.stateful.shrink import failure_kind, replay, shrink
+from kvoffload.stateful.shrink import failure_kind, fewest_blocks, replay, shrink
 
 DEFAULT_EXAMPLES = 500
 DEFAULT_STEPS = 40
@@ -162,6 +162,8 @@ def audit(
     kind = failure_kind(failure)
     if harness is not None and not kind.startswith("protocol"):
         ops = shrink(config, num_blocks, [op for op, _ in harness.trace], kind)
+        while (fewer := fewest_blocks(config, num_blocks, ops, kind)) < num_blocks:
+            ops, num_blocks = shrink(config, fewer, ops, kind), fewer
         replayed, shrunk_failure = replay(config, num_blocks, ops)
         if shrunk_failure is not None and failure_kind(shrunk_failure) == kind:
             harness, failure = replayed, shrunk_failure

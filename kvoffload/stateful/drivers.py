@@ -16,14 +16,17 @@ was run, and the coverage reached (:mod:`kvoffload.stateful.coverage`).
 
 from __future__ import annotations
 
+import os
 import random
 import time
+import traceback
 
 import attrs
 
 from kvoffload.stateful.coverage import Coverage, CoverageSummary
 from kvoffload.stateful.engine import run_engine
-from kvoffload.stateful.harness import Harness, KitConfig
+from kvoffload.spec.errors import OffloadingError
+from kvoffload.stateful.harness import Discrepancy, Harness, KitConfig
 from kvoffload.stateful.probe import ProbeFailure, Prober
 from kvoffload.stateful.swarm import draw_plan, run_plan
 
@@ -99,8 +102,10 @@ def explore(
                 every = rng.choice((0, 10, 20))
                 run_plan(harness, plan, rng, probe=prober, probe_every=every)
         except ProbeFailure as failure:
+            _raise_if_kit_bug(failure.error)
             found.failure, found.harness, found.driver = failure.error, failure.harness, PROBE
         except Exception as error:  # noqa: BLE001 - every failure is a finding
+            _raise_if_kit_bug(error)
             found.failure, found.harness = error, harness
             found.driver = ENGINE if engine else SWARM
         found.steps += len(harness.trace)
@@ -113,6 +118,19 @@ def explore(
         found.observability = "copy" if prober is not None and prober.copyable else "outputs only"
     found.coverage = coverage.summary()
     return found
+
+
+_KIT_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def _raise_if_kit_bug(error: BaseException) -> None:
+    """An exception raised by the kit's own code (not a discrepancy, not the
+    manager's) is a bug of the kit, not a finding: let it propagate."""
+    if isinstance(error, (Discrepancy, OffloadingError)):
+        return
+    frames = traceback.extract_tb(error.__traceback__)
+    if frames and os.path.dirname(os.path.abspath(frames[-1].filename)) == _KIT_DIR:
+        raise error
 
 
 def observability_warning(found: Exploration, config: KitConfig) -> str | None:

@@ -57,6 +57,7 @@ from kvoffload.spec.model import (
     Touch,
 )
 from kvoffload.spec.policies import ARCModel
+from kvoffload.spec.profile import FilterCounts
 from kvoffload.stateful.harness import Harness, core_of
 from kvoffload.stateful.outputs import flood_keys
 
@@ -209,28 +210,60 @@ def touch_ghosts(probe: Harness, rng: random.Random) -> None:
         probe.step(Touch((key,)))
 
 
+def count(probe: Harness, keys: tuple[OffloadKey, ...]) -> None:
+    """Make a reuse filter in front count each of ``keys`` (fresh, so
+    missing) ``store_threshold`` times, as its profile counts: one
+    ``lookup_prefix`` naming each key that often, or single lookups where
+    only lookups up to the first miss count. A filter that counts offers
+    is counted by the offers themselves (:func:`_offer_fresh`)."""
+    reuse = probe.config.reuse_filter
+    counts = probe.config.profile.filter_counts
+    if reuse is None or counts is FilterCounts.OFFERS or not keys:
+        return
+    if counts is FilterCounts.LOOKUPS:
+        probe.step(LookupPrefix(keys * reuse.store_threshold))
+        return
+    for key in keys:
+        for _ in range(reuse.store_threshold):
+            probe.step(Lookup(key))
+
+
+def _offers_needed(probe: Harness) -> int:
+    """How often a fresh key may have to be offered before it is stored:
+    once, or up to ``store_threshold + 1`` times behind a filter that
+    counts offers."""
+    reuse = probe.config.reuse_filter
+    if reuse is not None and probe.config.profile.filter_counts is FilterCounts.OFFERS:
+        return reuse.store_threshold + 1
+    return 1
+
+
 def _offer_fresh(probe: Harness, key: OffloadKey) -> bool:
-    """Offer one fresh key (looked up first so a reuse filter passes it
+    """Offer one fresh key (counted first so a reuse filter passes it
     on); whether it is now PENDING."""
-    threshold = getattr(probe.config.reuse_filter, "store_threshold", 0)
-    for _ in range(threshold):
-        probe.step(Lookup(key))
-    probe.step(PrepareStore((key,)))
-    return core_of(probe.model).phase(key).kind is PhaseKind.PENDING
+    count(probe, (key,))
+    for _ in range(_offers_needed(probe)):
+        probe.step(PrepareStore((key,)))
+        if core_of(probe.model).phase(key).kind is PhaseKind.PENDING:
+            return True
+    return False
 
 
 def fill(probe: Harness, rng: random.Random) -> None:
-    """Store fresh keys into the free slots, complete them, and touch a
-    random part of the stored keys (an ARC promotes them to T2)."""
+    """Store fresh keys into the free slots (one offer), complete them, and
+    touch a random part of the stored keys (an ARC promotes them to T2)."""
     core = core_of(probe.model)
-    stored = []
-    for index in range(core.free_count()):
-        key = probe_key(FILL_BASE + index)
-        if not _offer_fresh(probe, key):
-            break
-        stored.append(key)
-    if stored:
-        probe.step(CompleteStore(tuple(stored), True))
+    keys = tuple(probe_key(FILL_BASE + index) for index in range(core.free_count()))
+    if keys:
+        count(probe, keys)
+        for _ in range(_offers_needed(probe)):
+            probe.step(PrepareStore(keys))
+            core = core_of(probe.model)
+            if all(core.phase(k).kind is PhaseKind.PENDING for k in keys):
+                break
+        stored = tuple(k for k in keys if core_of(probe.model).phase(k).kind is PhaseKind.PENDING)
+        if stored:
+            probe.step(CompleteStore(stored, True))
     core = core_of(probe.model)
     ready = [k for k, b in core.blocks.items() if b.phase.kind is PhaseKind.READY]
     rng.shuffle(ready)
@@ -257,7 +290,7 @@ def flood(probe: Harness, rng: random.Random) -> None:
         return
     probe.step(LookupPrefix(flood_keys(reuse.max_tracker_size)))
     new = probe_key(FILL_BASE - 1)
-    probe.step(LookupPrefix((new,) * reuse.store_threshold))
+    count(probe, (new,))
     rng.shuffle(ready)
     probe.step(PrepareStore((new, *ready)))
 
@@ -282,9 +315,7 @@ def drain(probe: Harness, batch: bool = False, base: int = 0) -> None:
     offers = core.free_count() + ready + 1  # the last one must be refused
     if batch and offers > 2:
         keys = tuple(probe_key(base + index) for index in range(offers - 1))
-        threshold = getattr(probe.config.reuse_filter, "store_threshold", 0)
-        for _ in range(threshold):
-            probe.step(LookupPrefix(keys))
+        count(probe, keys)
         probe.step(PrepareStore(keys))
         _offer_fresh(probe, probe_key(base + offers - 1))
     else:

@@ -96,3 +96,16 @@ def shrink(
         else:
             index += 1
     return current
+
+
+def fewest_blocks(
+    config: KitConfig, num_blocks: int, ops: Sequence[Operation], kind: str
+) -> int:
+    """The fewest blocks (at most ``num_blocks``) with which ``ops`` still
+    fail with ``kind``: a smaller manager makes a shorter counterexample
+    (fewer calls to fill it)."""
+    for smaller in range(1, num_blocks):
+        _, error = replay(config, smaller, ops)
+        if error is not None and failure_kind(error) == kind:
+            return smaller
+    return num_blocks
