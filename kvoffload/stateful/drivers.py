@@ -47,7 +47,8 @@ class Exploration:
     driver that made them (``swarm``, ``engine``, or ``probe`` when a
     drained copy broke). ``observability`` says how the manager's hidden
     state was seen: ``introspection``, ``copy`` (drained copies), or
-    ``outputs only``.
+    ``outputs only``. ``steps`` counts every checked call, on the manager
+    and on its copies.
     """
 
     seed: int
@@ -113,6 +114,7 @@ def explore(
             break
     if prober is not None:
         found.probes = prober.probes
+        found.steps += prober.calls
         found.copy_error = prober.copy_error
     if not found.observability:
         found.observability = "copy" if prober is not None and prober.copyable else "outputs only"

@@ -98,6 +98,7 @@ class Prober:
         self.probes = 0
         self.rng = random.Random(seed)
         self.flood_budget = FLOOD_BUDGET
+        self.calls = 0  # calls made on copies
 
     def __call__(self, harness: Harness) -> None:
         if self.copyable is False:
@@ -120,28 +121,33 @@ class Prober:
             ):
                 self.flood_budget -= reuse.max_tracker_size
                 flood(probe, rng)
-                self.probes += 1
-                return
-            adaptive = isinstance(core_of(probe.model).policy, ARCModel)
-            if rng.random() < 0.5:
-                touch_ghosts(probe, rng)
-            if adaptive or rng.random() < 0.6:
-                settle(probe)
-                if adaptive or rng.random() < 0.5:
-                    fill(probe, rng)
-            drain(probe, batch=rng.random() < 0.5)
-            if adaptive or rng.random() < 0.3:
-                # the drain filled the ghost lists (an ARC's B1 with its T1
-                # victims, B2 with its T2 ones) and trimmed them: promote part
-                # of the drain's keys, hit ghosts, and drain in one batch,
-                # whose victims show where the target now switches lists
-                settle(probe)
-                fill(probe, rng)
-                touch_ghosts(probe, rng)
-                drain(probe, batch=True, base=SECOND_DRAIN)
+            else:
+                self._look(probe, rng)
         except Exception as error:  # noqa: BLE001 - every failure is a finding
             raise ProbeFailure(probe, error) from error
         self.probes += 1
+        self.calls += len(probe.trace) - len(harness.trace)
+
+    @staticmethod
+    def _look(probe: Harness, rng: random.Random) -> None:
+        """Preludes at random, then one drain (two for an ARC)."""
+        adaptive = isinstance(core_of(probe.model).policy, ARCModel)
+        if rng.random() < 0.5:
+            touch_ghosts(probe, rng)
+        if adaptive or rng.random() < 0.6:
+            settle(probe)
+            if adaptive or rng.random() < 0.5:
+                fill(probe, rng)
+        drain(probe, batch=rng.random() < 0.5)
+        if adaptive or rng.random() < 0.3:
+            # the drain filled the ghost lists (an ARC's B1 with its T1
+            # victims, B2 with its T2 ones) and trimmed them: promote part
+            # of the drain's keys, hit ghosts, and drain in one batch,
+            # whose victims show where the target now switches lists
+            settle(probe)
+            fill(probe, rng)
+            touch_ghosts(probe, rng)
+            drain(probe, batch=True, base=SECOND_DRAIN)
 
 
 def fork(harness: Harness, manager: OffloadingManager) -> Harness:
