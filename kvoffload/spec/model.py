@@ -48,7 +48,7 @@ from __future__ import annotations
 import abc
 import enum
 import operator
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import ItemsView, Iterable, Iterator, KeysView, Mapping, Sequence, ValuesView
 from typing import Any, ClassVar, Protocol, SupportsIndex, TypeVar, Union
 
 import attrs
@@ -90,6 +90,15 @@ class FrozenMap(Mapping[K, V]):
 
     def __contains__(self, key: object) -> bool:
         return key in self._items
+
+    def items(self) -> ItemsView[K, V]:
+        return self._items.items()
+
+    def values(self) -> ValuesView[V]:
+        return self._items.values()
+
+    def keys(self) -> KeysView[K]:
+        return self._items.keys()
 
     def get(self, key: K, default: V | None = None) -> V | None:  # type: ignore[override]
         """The value of ``key``, else ``default`` (the dict's own lookup:

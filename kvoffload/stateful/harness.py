@@ -549,9 +549,20 @@ def lookup_agrees(actual: object, expected: object) -> bool:
 
 def key_name(key: object) -> str:
     """How a key of the kit's universe is written in a replay script."""
-    if isinstance(key, bytes) and key.startswith(b"blk") and len(key) == 9:
-        return f"K[{2 * int(key[3:5]) + key[8]}]"
+    if isinstance(key, bytes):
+        name = _KEY_NAMES.get(key)
+        if name is None:
+            if key.startswith(b"blk") and len(key) == 9:
+                name = f"K[{2 * int(key[3:5]) + key[8]}]"
+            else:
+                name = repr(key)
+            if len(_KEY_NAMES) < 4096:
+                _KEY_NAMES[key] = name
+        return name
     return repr(key)
+
+
+_KEY_NAMES: dict[bytes, str] = {}
 
 
 class _ScriptSpelling:
