@@ -252,7 +252,7 @@ def atomic_refusal(step: Step) -> Violation | None:
     (``before.offered(keys)``: nothing under the default profile)."""
     op = step.op
     if isinstance(op, PrepareStore) and step.result is None:
-        if step.after != step.before.offered(op.keys):
+        if step.after != step.before.offered(op.keys, op.request):
             return Violation(
                 Invariant.ATOMICITY, "prepare_store returned None but changed the state"
             )

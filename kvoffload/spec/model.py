@@ -8,7 +8,8 @@ plain values an implementation's outputs are compared with:
 =====================  =====================================================
 call                   result
 =====================  =====================================================
-``lookup``             ``bool``
+``lookup``             ``bool`` (a ``LookupResult`` under
+                       ``lookup_answer=RESULT``)
 ``lookup_prefix``      ``int``
 ``prepare_store``      :class:`StoreResult` or ``None`` (no room; model unchanged)
 ``complete_store``     ``None``
@@ -18,7 +19,9 @@ call                   result
 ``reset_cache``        ``None``
 ``take_events``        ``tuple[OffloadingEvent, ...]``, oldest first
 request hooks          ``None`` (``on_new_request``, ``on_request_finished``,
-                       ``on_schedule_end``, ``shutdown`` change nothing)
+                       ``on_schedule_end``: no change but, under
+                       request-scoped recency, a request's record and its
+                       commit at finish)
 =====================  =====================================================
 
 Errors. A call the lifecycle table forbids raises the same
@@ -55,7 +58,7 @@ import attrs
 
 from kvoffload.spec.contract import LookupResult, OffloadingEvent
 from kvoffload.spec.errors import ConfigurationError
-from kvoffload.spec.keys import OffloadKey, validate_offload_key
+from kvoffload.spec.keys import OffloadKey, get_offload_group_idx, validate_offload_key
 from kvoffload.spec.lifecycle import (
     ABSENT,
     PENDING,
@@ -66,7 +69,13 @@ from kvoffload.spec.lifecycle import (
     apply as apply_call,
 )
 from kvoffload.spec.policies import PolicyModel, make_policy
-from kvoffload.spec.profile import DEFAULT, LookupAnswer, Profile, ResetAnnounce
+from kvoffload.spec.profile import (
+    DEFAULT,
+    LookupAnswer,
+    Profile,
+    RecencyCommit,
+    ResetAnnounce,
+)
 from kvoffload.spec.violations import Invariant, SpecViolation
 
 K = TypeVar("K")
@@ -155,7 +164,8 @@ M = TypeVar("M", bound="CallableModel")
 
 class CallableModel(Protocol):
     """A model with one pure method per manager call (``ManagerModel``,
-    ``ReuseFilterModel``): what an :class:`Operation` applies itself to."""
+    ``ReuseFilterModel``): what an :class:`Operation` applies itself to.
+    ``request`` names the request whose context a call carries."""
 
     def lookup(self: M, key: OffloadKey) -> tuple[M, bool | LookupResult]: ...
     def lookup_prefix(self: M, keys: Sequence[OffloadKey]) -> tuple[M, int]: ...
@@ -165,17 +175,21 @@ class CallableModel(Protocol):
         *,
         victims: Sequence[OffloadKey] | None = ...,
         slots: Sequence[int] | None = ...,
+        request: int = ...,
     ) -> tuple[M, StoreResult | None]: ...
     def complete_store(
         self: M, keys: Sequence[OffloadKey], success: bool = ...
     ) -> tuple[M, None]: ...
-    def prepare_load(self: M, keys: Sequence[OffloadKey]) -> tuple[M, tuple[int, ...]]: ...
+    def prepare_load(
+        self: M, keys: Sequence[OffloadKey], *, request: int = ...
+    ) -> tuple[M, tuple[int, ...]]: ...
     def complete_load(self: M, keys: Sequence[OffloadKey]) -> tuple[M, None]: ...
     def touch(self: M, keys: Sequence[OffloadKey]) -> tuple[M, None]: ...
     def reset_cache(self: M) -> tuple[M, None]: ...
     def take_events(self: M) -> tuple[M, tuple[OffloadingEvent, ...]]: ...
-    def request_hook(self: M, name: str) -> tuple[M, None]: ...
-
+    def start_request(self: M, request: int) -> tuple[M, None]: ...
+    def finish_request(self: M, request: int) -> tuple[M, None]: ...
+    def schedule_end(self: M) -> tuple[M, None]: ...
 
 
 # --- operations: one value per call -----------------------------------------
@@ -224,6 +238,11 @@ class Operation(abc.ABC):
         """The keys named in the call (for checks that look at each)."""
         return ()
 
+    @property
+    def context_of(self) -> int | None:
+        """The request whose context the call carries (None: no context)."""
+        return None
+
     @abc.abstractmethod
     def apply_to(self, model: M) -> tuple[M, Result]:
         """Perform this call on ``model``: the new model and the result."""
@@ -244,18 +263,25 @@ class Operation(abc.ABC):
 
 @attrs.frozen
 class KeyListOperation(Operation):
-    """A call that takes a list of keys (the kit shrinks such lists)."""
+    """A call that takes a list of keys (the kit shrinks such lists) and a
+    request's context (``request``, keyword only)."""
 
     keys: tuple[OffloadKey, ...]
+    request: int = attrs.field(default=0, kw_only=True)
 
     @property
     def keys_mentioned(self) -> tuple[OffloadKey, ...]:
         return self.keys
 
+    @property
+    def context_of(self) -> int | None:
+        return self.request
+
 
 @attrs.frozen
 class Lookup(Operation):
     key: OffloadKey
+    request: int = attrs.field(default=0, kw_only=True)
 
     method = "lookup"
     answer = Answer.LOOKUP
@@ -264,6 +290,10 @@ class Lookup(Operation):
     def keys_mentioned(self) -> tuple[OffloadKey, ...]:
         return (self.key,)
 
+    @property
+    def context_of(self) -> int | None:
+        return self.request
+
     def apply_to(self, model: M) -> tuple[M, Result]:
         return model.lookup(self.key)
 
@@ -271,7 +301,7 @@ class Lookup(Operation):
         return manager.lookup(self.key, ctx)
 
     def render(self, spelling: Spelling) -> str:
-        return f"m.lookup({spelling.key(self.key)}, {spelling.ctx(0)})"
+        return f"m.lookup({spelling.key(self.key)}, {spelling.ctx(self.request)})"
 
 
 @attrs.frozen
@@ -286,7 +316,7 @@ class LookupPrefix(KeyListOperation):
         return manager.lookup_prefix(self.keys, ctx)
 
     def render(self, spelling: Spelling) -> str:
-        return f"m.lookup_prefix({_keys_text(spelling, self.keys)}, {spelling.ctx(0)})"
+        return f"m.lookup_prefix({_keys_text(spelling, self.keys)}, {spelling.ctx(self.request)})"
 
 
 @attrs.frozen
@@ -301,13 +331,15 @@ class PrepareStore(KeyListOperation):
     answer = Answer.STORE
 
     def apply_to(self, model: M) -> tuple[M, Result]:
-        return model.prepare_store(self.keys, victims=self.victims, slots=self.slots)
+        return model.prepare_store(
+            self.keys, victims=self.victims, slots=self.slots, request=self.request
+        )
 
     def call(self, manager: Any, ctx: Any) -> object:
         return manager.prepare_store(list(self.keys), ctx)
 
     def render(self, spelling: Spelling) -> str:
-        return f"m.prepare_store({_keys_text(spelling, self.keys)}, {spelling.ctx(0)})"
+        return f"m.prepare_store({_keys_text(spelling, self.keys)}, {spelling.ctx(self.request)})"
 
     def table_calls(self, before: Any, result: Result, key: OffloadKey) -> list[Call]:
         if not isinstance(result, StoreResult):
@@ -335,7 +367,7 @@ class CompleteStore(KeyListOperation):
 
     def render(self, spelling: Spelling) -> str:
         return (
-            f"m.complete_store({_keys_text(spelling, self.keys)}, {spelling.ctx(0)}, "
+            f"m.complete_store({_keys_text(spelling, self.keys)}, {spelling.ctx(self.request)}, "
             f"success={self.success})"
         )
 
@@ -354,13 +386,13 @@ class PrepareLoad(KeyListOperation):
     answer = Answer.LOAD_SPEC
 
     def apply_to(self, model: M) -> tuple[M, Result]:
-        return model.prepare_load(self.keys)
+        return model.prepare_load(self.keys, request=self.request)
 
     def call(self, manager: Any, ctx: Any) -> object:
         return manager.prepare_load(list(self.keys), ctx)
 
     def render(self, spelling: Spelling) -> str:
-        return f"m.prepare_load({_keys_text(spelling, self.keys)}, {spelling.ctx(0)})"
+        return f"m.prepare_load({_keys_text(spelling, self.keys)}, {spelling.ctx(self.request)})"
 
     def table_calls(self, before: Any, result: Result, key: OffloadKey) -> list[Call]:
         return [Call.PREPARE_LOAD] * self.keys.count(key)
@@ -377,7 +409,7 @@ class CompleteLoad(KeyListOperation):
         return manager.complete_load(list(self.keys), ctx)
 
     def render(self, spelling: Spelling) -> str:
-        return f"m.complete_load({_keys_text(spelling, self.keys)}, {spelling.ctx(0)})"
+        return f"m.complete_load({_keys_text(spelling, self.keys)}, {spelling.ctx(self.request)})"
 
     def table_calls(self, before: Any, result: Result, key: OffloadKey) -> list[Call]:
         return [Call.COMPLETE_LOAD] * self.keys.count(key)
@@ -394,7 +426,7 @@ class Touch(KeyListOperation):
         return manager.touch(list(self.keys), ctx)
 
     def render(self, spelling: Spelling) -> str:
-        return f"m.touch({_keys_text(spelling, self.keys)}, {spelling.ctx(0)})"
+        return f"m.touch({_keys_text(spelling, self.keys)}, {spelling.ctx(self.request)})"
 
     def table_calls(self, before: Any, result: Result, key: OffloadKey) -> list[Call]:
         return [Call.TOUCH] if key in self.keys else []
@@ -433,26 +465,64 @@ class TakeEvents(Operation):
 
 
 @attrs.frozen
-class RequestHook(Operation):
-    """``on_new_request``, ``on_request_finished``, ``on_schedule_end`` or
-    ``shutdown``: none changes anything."""
+class StartRequest(Operation):
+    """``on_new_request``: the engine first sees request ``request``."""
 
-    name: str
+    request: int
 
-    method = "request_hook"
+    method = "on_new_request"
+
+    @property
+    def context_of(self) -> int | None:
+        return self.request
 
     def apply_to(self, model: M) -> tuple[M, Result]:
-        return model.request_hook(self.name)
+        return model.start_request(self.request)
 
     def call(self, manager: Any, ctx: Any) -> object:
-        if self.name in ("on_schedule_end", "shutdown"):
-            return getattr(manager, self.name)()
-        return getattr(manager, self.name)(ctx)
+        return manager.on_new_request(ctx)
 
     def render(self, spelling: Spelling) -> str:
-        if self.name in ("on_schedule_end", "shutdown"):
-            return f"m.{self.name}()"
-        return f"m.{self.name}({spelling.ctx(0)})"
+        return f"m.on_new_request({spelling.ctx(self.request)})"
+
+
+@attrs.frozen
+class FinishRequest(Operation):
+    """``on_request_finished``: request ``request`` is done; no call names
+    it afterwards."""
+
+    request: int
+
+    method = "on_request_finished"
+
+    @property
+    def context_of(self) -> int | None:
+        return self.request
+
+    def apply_to(self, model: M) -> tuple[M, Result]:
+        return model.finish_request(self.request)
+
+    def call(self, manager: Any, ctx: Any) -> object:
+        return manager.on_request_finished(ctx)
+
+    def render(self, spelling: Spelling) -> str:
+        return f"m.on_request_finished({spelling.ctx(self.request)})"
+
+
+@attrs.frozen
+class ScheduleEnd(Operation):
+    """``on_schedule_end``: the end of one scheduler step."""
+
+    method = "on_schedule_end"
+
+    def apply_to(self, model: M) -> tuple[M, Result]:
+        return model.schedule_end()
+
+    def call(self, manager: Any, ctx: Any) -> object:
+        return manager.on_schedule_end()
+
+    def render(self, spelling: Spelling) -> str:
+        return "m.on_schedule_end()"
 
 
 Result = Union[
@@ -473,6 +543,38 @@ def apply_events(
     for event in events:
         view = view - frozenset(event.keys) if event.removed else view | frozenset(event.keys)
     return view
+
+
+@attrs.frozen
+class RequestRecord:
+    """What one open request used, kept under request-scoped recency
+    (``RecencyCommit.REQUEST_END``) until it finishes: the keys it loaded or
+    offered (``seen``, first use first), those it stored (``inserted``),
+    the stored ones it used again (``reused``: loaded, or offered while
+    readable, unless it stored them itself) and the keys whose store misses
+    its policy has already seen (``store_missed``)."""
+
+    seen: tuple[OffloadKey, ...] = ()
+    inserted: frozenset[OffloadKey] = frozenset()
+    reused: frozenset[OffloadKey] = frozenset()
+    store_missed: frozenset[OffloadKey] = frozenset()
+
+    def seeing(self, keys: Iterable[OffloadKey]) -> RequestRecord:
+        known = set(self.seen)
+        added = tuple(k for k in dict.fromkeys(keys) if k not in known)
+        return attrs.evolve(self, seen=self.seen + added) if added else self
+
+    def reusing(self, keys: Iterable[OffloadKey]) -> RequestRecord:
+        again = frozenset(k for k in keys if k not in self.inserted)
+        return attrs.evolve(self, reused=self.reused | again) if again else self
+
+    def order(self) -> tuple[OffloadKey, ...]:
+        """The keys used, KV group by KV group (ascending group index), each
+        group in first-use order: the order a request's uses commit in."""
+        return tuple(sorted(self.seen, key=get_offload_group_idx))
+
+
+_NO_USE = RequestRecord()
 
 
 def _fresh_slots(model: ManagerModel) -> tuple[int, ...]:
@@ -496,6 +598,7 @@ class ManagerModel:
     free_list: tuple[int, ...] = ()
     events: tuple[OffloadingEvent, ...] = ()
     consumer_view: frozenset[OffloadKey] = frozenset()
+    requests: FrozenMap[int, RequestRecord] = FrozenMap()
 
     @classmethod
     def create(
@@ -584,11 +687,37 @@ class ManagerModel:
             return self, LookupResult.HIT
         return self, LookupResult.HIT_PENDING if phase == PENDING else LookupResult.MISS
 
-    def offered(self, keys: Sequence[OffloadKey]) -> ManagerModel:
-        """What an offer of ``keys`` records before any room is sought: the
-        model a refused ``prepare_store(keys)`` leaves (invariant 4). Under
-        the default profile, nothing."""
-        return self
+    @property
+    def request_scoped(self) -> bool:
+        """Whether uses commit when a request finishes (the profile's
+        ``recency_commit`` is ``REQUEST_END``)."""
+        return self.profile.recency_commit is RecencyCommit.REQUEST_END
+
+    def record(self, request: int) -> RequestRecord:
+        """What ``request`` used so far (empty if it used nothing)."""
+        return self.requests.get(request, _NO_USE)
+
+    def offered(self, keys: Sequence[OffloadKey], request: int = 0) -> ManagerModel:
+        """What an offer of ``keys`` by ``request`` records before any room
+        is sought: the model a refused ``prepare_store(keys)`` leaves
+        (invariant 4). Under the default profile, nothing. Under
+        request-scoped recency, the request's record notes the new keys and
+        the readable ones (in offer order; the readable ones as reused), and
+        the new keys not yet missed by this request are store misses: the
+        policy sees them as a ``touch`` would (ARC adapts its target for a
+        ghost key; nothing else changes, as new keys are untracked)."""
+        if not self.request_scoped:
+            return self
+        new = frozenset(self.new_keys(keys))
+        record = self.record(request)
+        misses = tuple(k for k in dedup(keys) if k in new and k not in record.store_missed)
+        readable = [k for k in keys if self.phase(k).readable]
+        record = record.seeing(k for k in keys if k in new or self.phase(k).readable)
+        record = attrs.evolve(
+            record.reusing(readable), store_missed=record.store_missed | frozenset(misses)
+        )
+        policy = self.policy.touched(misses, frozenset()) if misses else self.policy
+        return attrs.evolve(self, policy=policy, requests=self.requests.set(request, record))
 
     def lookup_prefix(self, keys: Iterable[OffloadKey]) -> tuple[ManagerModel, int]:
         """Length of the longest prefix of READY/LOADING keys."""
@@ -605,6 +734,7 @@ class ManagerModel:
         *,
         victims: Sequence[OffloadKey] | None = None,
         slots: Iterable[SupportsIndex] | None = None,
+        request: int = 0,
     ) -> tuple[ManagerModel, StoreResult | None]:
         """Make the ABSENT offered keys PENDING, evicting READY keys not
         offered if free slots do not suffice.
@@ -616,13 +746,14 @@ class ManagerModel:
         the implementation's choices, checked (:class:`SpecViolation`).
         """
         offered = dedup(validate_offload_key(k) for k in keys)
-        return self.offered(offered)._store(offered, victims, slots)
+        return self.offered(offered, request)._store(offered, victims, slots, request)
 
     def _store(
         self,
         offered: tuple[OffloadKey, ...],
         victims: Sequence[OffloadKey] | None,
         slots: Iterable[SupportsIndex] | None,
+        request: int,
     ) -> tuple[ManagerModel, StoreResult | None]:
         given_slots = None if slots is None else tuple(slots)
         new = self.new_keys(offered)
@@ -684,6 +815,11 @@ class ManagerModel:
 
         for key, slot in zip(new, taken):
             blocks = blocks.set(key, Block(PENDING, slot))
+        requests = self.requests
+        if self.request_scoped:
+            record = self.record(request)
+            record = attrs.evolve(record, inserted=record.inserted | frozenset(new))
+            requests = requests.set(request, record)
         model = attrs.evolve(
             self,
             blocks=blocks,
@@ -691,6 +827,7 @@ class ManagerModel:
             free_list=free_list,
             events=events,
             policy=self.policy.evicted(chosen).inserted(new),
+            requests=requests,
         )
         return model, StoreResult(new, taken, chosen)
 
@@ -729,14 +866,20 @@ class ManagerModel:
         return model, None
 
     def prepare_load(
-        self, keys: Sequence[OffloadKey]
+        self, keys: Sequence[OffloadKey], *, request: int = 0
     ) -> tuple[ManagerModel, tuple[int, ...]]:
         """Each occurrence of a key adds one load (READY → LOADING(1),
         LOADING(n) → LOADING(n+1)); the result names the keys' slots in call
         order. Raises :class:`IllegalTransitionError` for the first key that
-        is not READY or LOADING."""
+        is not READY or LOADING. Under request-scoped recency the request
+        has used (reused) the keys."""
         blocks = self._count_loads(keys, Call.PREPARE_LOAD)
-        return attrs.evolve(self, blocks=blocks), tuple(self.blocks[k].slot for k in keys)
+        requests = self.requests
+        if self.request_scoped:
+            record = self.record(request).seeing(keys).reusing(keys)
+            requests = requests.set(request, record)
+        model = attrs.evolve(self, blocks=blocks, requests=requests)
+        return model, tuple(self.blocks[k].slot for k in keys)
 
     def complete_load(self, keys: Sequence[OffloadKey]) -> tuple[ManagerModel, None]:
         """Each occurrence of a key removes one load (LOADING(1) → READY).
@@ -768,6 +911,7 @@ class ManagerModel:
             events=events,
             consumer_view=view,
             policy=self.policy.cleared(),
+            requests=FrozenMap((r, _NO_USE) for r in self.requests),
         )
         return model, None
 
@@ -776,9 +920,29 @@ class ManagerModel:
         view = apply_events(self.consumer_view, self.events)
         return attrs.evolve(self, events=(), consumer_view=view), self.events
 
-    def request_hook(self, name: str) -> tuple[ManagerModel, None]:
-        """``on_new_request``, ``on_request_finished``, ``on_schedule_end``,
-        ``shutdown``: no change."""
+    def start_request(self, request: int) -> tuple[ManagerModel, None]:
+        """``on_new_request``: no change, but under request-scoped recency
+        the request opens with an empty record."""
+        if not self.request_scoped or request in self.requests:
+            return self, None
+        return attrs.evolve(self, requests=self.requests.set(request, _NO_USE)), None
+
+    def finish_request(self, request: int) -> tuple[ManagerModel, None]:
+        """``on_request_finished``: no change, but under request-scoped
+        recency the request's uses reach the policy now
+        (:meth:`~kvoffload.spec.policies.LRUModel.committed`: its keys, KV
+        group by KV group in first-use order; the keys it only stored; the
+        stored keys it reused) and its record is dropped."""
+        record = self.requests.get(request)
+        if record is None:
+            return self, None
+        policy = self.policy.committed(
+            record.order(), record.inserted - record.reused, record.reused
+        )
+        return attrs.evolve(self, policy=policy, requests=self.requests.without([request])), None
+
+    def schedule_end(self) -> tuple[ManagerModel, None]:
+        """``on_schedule_end``: no change."""
         return self, None
 
     def apply(self, op: Operation) -> tuple[ManagerModel, Result]:
@@ -822,7 +986,10 @@ __all__ = [
     "Operation",
     "PrepareLoad",
     "PrepareStore",
-    "RequestHook",
+    "FinishRequest",
+    "RequestRecord",
+    "ScheduleEnd",
+    "StartRequest",
     "ResetCache",
     "Result",
     "SpecViolation",

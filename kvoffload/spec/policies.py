@@ -15,6 +15,10 @@ asks it four things and replaces it by the value each answer returns:
   by an implementation) are what this policy allows, else the reason why not.
 - ``evicted(victims)``: the policy after ``victims`` left (ARC: ghosts).
 - ``cleared()``: the policy after ``reset_cache``.
+- ``committed(order, inserted_only, reused)``: a finished request's uses,
+  under request-scoped recency (``RecencyCommit.REQUEST_END``): ``order``
+  the keys it used, first used first; ``inserted_only`` those it only
+  stored, ``reused`` the stored ones it loaded or offered again.
 
 Sequences are tuples ordered least-recent first: the last element is the most
 recently used (the *MRU end*).
@@ -105,6 +109,15 @@ class LRUModel:
             if key in order:
                 order = _to_mru(order, key)
         return LRUModel(order)
+
+    def committed(
+        self, order: Sequence[OffloadKey], inserted_only: frozenset[OffloadKey],
+        reused: frozenset[OffloadKey],
+    ) -> LRUModel:
+        """A finished request's uses (request-scoped recency): its keys, in
+        ``order``, are used as a ``touch`` of them would: the first ends most
+        recent."""
+        return self.touched(order, frozenset())
 
     def choose_victims(
         self, need: int, eligible: Sequence[OffloadKey]
@@ -218,6 +231,26 @@ class ARCModel:
                 b2 = _to_mru(b2, key)
         return attrs.evolve(self, t1=t1, t2=t2, b1=b1, b2=b2, target=target)
 
+    def committed(
+        self, order: Sequence[OffloadKey], inserted_only: frozenset[OffloadKey],
+        reused: frozenset[OffloadKey],
+    ) -> ARCModel:
+        """A finished request's uses (request-scoped recency), keys walked
+        in reverse ``order``: a key the request only inserted moves to the
+        MRU end of its list (T1 or T2), no promotion; a key it reused moves
+        from T1, or within T2, to T2's MRU end; other keys are left."""
+        t1, t2 = self.t1, self.t2
+        for key in reversed(order):
+            if key in inserted_only:
+                if key in t1:
+                    t1 = _to_mru(t1, key)
+                elif key in t2:
+                    t2 = _to_mru(t2, key)
+            elif key in reused and (key in t1 or key in t2):
+                t1 = _without(t1, (key,))
+                t2 = _to_mru(t2, key)
+        return attrs.evolve(self, t1=t1, t2=t2)
+
     def choose_victims(
         self, need: int, eligible: Sequence[OffloadKey]
     ) -> KeySeq | None:
@@ -300,6 +333,12 @@ class AnyPolicyModel:
 
     def touched(
         self, keys: Sequence[OffloadKey], pending: frozenset[OffloadKey]
+    ) -> AnyPolicyModel:
+        return self
+
+    def committed(
+        self, order: Sequence[OffloadKey], inserted_only: frozenset[OffloadKey],
+        reused: frozenset[OffloadKey],
     ) -> AnyPolicyModel:
         return self
 

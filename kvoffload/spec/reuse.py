@@ -95,12 +95,13 @@ class ReuseFilterModel:
         """What feeds the table (the backing profile's ``filter_counts``)."""
         return self.backing.profile.filter_counts
 
-    def offered(self, keys: Sequence[OffloadKey]) -> ReuseFilterModel:
+    def offered(self, keys: Sequence[OffloadKey], request: int = 0) -> ReuseFilterModel:
         """What an offer of ``keys`` records before any room is sought: the
         counts (where offers count) and what the backing records of the keys
         passed to it. A refused ``prepare_store`` leaves this model."""
         counted = self._counted_offer(keys)
-        return counted._with(counted.backing.offered(dedup(counted.eligible(keys))))
+        passed = dedup(counted.eligible(keys))
+        return counted._with(counted.backing.offered(passed, request))
 
     def _counted_offer(self, keys: Sequence[OffloadKey]) -> ReuseFilterModel:
         if self.counting is FilterCounts.OFFERS:
@@ -184,11 +185,12 @@ class ReuseFilterModel:
         *,
         victims: Sequence[OffloadKey] | None = None,
         slots: Iterable[SupportsIndex] | None = None,
+        request: int = 0,
     ) -> tuple[ReuseFilterModel, StoreResult | None]:
         checked = tuple(validate_offload_key(k) for k in keys)
         counted = self._counted_offer(checked)
         backing, result = counted.backing.prepare_store(
-            counted.eligible(checked), victims=victims, slots=slots
+            counted.eligible(checked), victims=victims, slots=slots, request=request
         )
         return counted._with(backing), result
 
@@ -198,9 +200,9 @@ class ReuseFilterModel:
         return self._with(self.backing.complete_store(keys, success)[0]), None
 
     def prepare_load(
-        self, keys: Sequence[OffloadKey]
+        self, keys: Sequence[OffloadKey], *, request: int = 0
     ) -> tuple[ReuseFilterModel, tuple[int, ...]]:
-        backing, slots = self.backing.prepare_load(keys)
+        backing, slots = self.backing.prepare_load(keys, request=request)
         return self._with(backing), slots
 
     def complete_load(self, keys: Sequence[OffloadKey]) -> tuple[ReuseFilterModel, None]:
@@ -219,7 +221,13 @@ class ReuseFilterModel:
         backing, events = self.backing.take_events()
         return self._with(backing), events
 
-    def request_hook(self, name: str) -> tuple[ReuseFilterModel, None]:
+    def start_request(self, request: int) -> tuple[ReuseFilterModel, None]:
+        return self._with(self.backing.start_request(request)[0]), None
+
+    def finish_request(self, request: int) -> tuple[ReuseFilterModel, None]:
+        return self._with(self.backing.finish_request(request)[0]), None
+
+    def schedule_end(self) -> tuple[ReuseFilterModel, None]:
         return self, None
 
     def apply(self, op: Operation) -> tuple[ReuseFilterModel, Result]:

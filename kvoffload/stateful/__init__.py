@@ -21,10 +21,12 @@ from kvoffload.spec.contract import OffloadingManager
 from kvoffload.spec.profile import DEFAULT, Profile
 from kvoffload.stateful.auditing import DEFAULT_EXAMPLES, AuditReport, audit
 from kvoffload.stateful.harness import (
+    ContextFactory,
     Discrepancy,
     Harness,
     KitConfig,
     ReuseFilterParams,
+    default_context,
 )
 from kvoffload.stateful.legacy import LegacyManagerAdapter, LegacyOffloadingManager
 from kvoffload.stateful.machine import ManagerMachine, make_manager_machine
@@ -40,6 +42,7 @@ def conformance_test(
     typed_errors: bool | None = None,
     supports_reset: bool | None = None,
     max_examples: int | None = None,
+    context_factory: ContextFactory | None = None,
 ) -> Callable[[], None]:
     """A test function auditing ``factory``: assign it to a ``test_*`` name.
 
@@ -66,6 +69,7 @@ def conformance_test(
             typed_errors=typed_errors,
             supports_reset=supports_reset,
             max_examples=budget,
+            context_factory=context_factory,
         )
         if not report.passed:
             raise AssertionError(report.render())
@@ -82,6 +86,7 @@ def machine_test_case(
     profile: Profile = DEFAULT,
     typed_errors: bool | None = None,
     supports_reset: bool | None = None,
+    context_factory: ContextFactory | None = None,
 ) -> type[unittest.TestCase]:
     """The state machine as a ``unittest.TestCase`` (assign it to a
     ``Test*`` name): Hypothesis's own shrinking and database, HypoFuzz-able."""
@@ -92,6 +97,7 @@ def machine_test_case(
         profile=profile,
         typed_errors=typed_errors,
         supports_reset=supports_reset,
+        context_factory=context_factory or default_context,
     )
     test_case: type[unittest.TestCase] = make_manager_machine(config).TestCase
     return test_case

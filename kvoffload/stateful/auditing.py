@@ -17,9 +17,11 @@ from kvoffload.spec.contract import OffloadingManager
 from kvoffload.spec.invariants import Invariant
 from kvoffload.spec.profile import DEFAULT, Profile
 from kvoffload.stateful.harness import (
+    ContextFactory,
     Discrepancy,
     KitConfig,
     ReuseFilterParams,
+    default_context,
     render_script,
 )
 from kvoffload.stateful.coverage import CoverageSummary
@@ -97,6 +99,9 @@ def audit(
     num_keys: int = 16,
     name: str | None = None,
     factory_import: str | None = None,
+    context_factory: ContextFactory | None = None,
+    context_import: str | None = None,
+    max_requests: int = 3,
 ) -> AuditReport:
     """Audit the managers ``factory(num_blocks)`` builds against the spec.
 
@@ -113,7 +118,11 @@ def audit(
     audit replays with ``seed=``. ``max_blocks``/``num_keys``: each run
     draws 1..``max_blocks`` blocks and uses part of a universe of
     ``num_keys`` keys (two KV groups per block hash). ``factory_import`` (``"module:callable"``) lets the
-    replay script import the factory.
+    replay script import the factory. ``context_factory(req_id)`` builds the
+    request context the manager takes (default ``ReqContext``; one object
+    per request, kept for its lifetime); ``context_import``
+    (``"module:callable"``) lets the replay script build it the same way.
+    ``max_requests``: how many requests are open at once.
     """
     if reuse_filter is not None and reuse_filter.max_tracker_size <= 16:
         # the filter's protection rule shows only once a stored key's count
@@ -128,6 +137,8 @@ def audit(
         supports_reset=supports_reset,
         max_blocks=max_blocks,
         num_keys=num_keys,
+        max_requests=max_requests,
+        context_factory=context_factory or default_context,
     )
     if max_examples is None:
         max_examples = DEFAULT_EXAMPLES
@@ -182,6 +193,7 @@ def audit(
         factory_import=factory_import,
         failure=message,
         check=check,
+        context_import=context_import,
     )
     return attrs.evolve(
         passed,

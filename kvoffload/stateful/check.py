@@ -27,8 +27,8 @@ from kvoffload.spec.model import (
     Operation,
     PrepareLoad,
     PrepareStore,
-    RequestHook,
     ResetCache,
+    ScheduleEnd,
     TakeEvents,
     Touch,
 )
@@ -82,7 +82,7 @@ def alphabet(keys: Sequence[OffloadKey], supports_reset: bool = True) -> list[Op
         ops += [CompleteStore((key,), True), CompleteStore((key,), False)]
         ops += [PrepareLoad((key,)), CompleteLoad((key,))]
     ops.append(TakeEvents())
-    ops.append(RequestHook("on_schedule_end"))
+    ops.append(ScheduleEnd())
     if supports_reset:
         ops.append(ResetCache())
     return ops

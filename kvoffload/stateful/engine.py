@@ -49,10 +49,12 @@ from kvoffload.spec.lifecycle import PhaseKind
 from kvoffload.spec.model import (
     CompleteLoad,
     CompleteStore,
+    FinishRequest,
     LookupPrefix,
     PrepareLoad,
     PrepareStore,
-    RequestHook,
+    ScheduleEnd,
+    StartRequest,
     TakeEvents,
     Touch,
 )
@@ -63,8 +65,10 @@ REPEATED_PROMPT = Invariant.REPEATED_PROMPT
 
 @attrs.define
 class Request:
-    """One request in flight: its keys, hit prefix, and what is pending."""
+    """One request in flight: its number, keys, hit prefix, and what is
+    pending."""
 
+    number: int
     keys: tuple[OffloadKey, ...]
     loading: tuple[OffloadKey, ...] = ()
     storing: tuple[OffloadKey, ...] = ()
@@ -112,6 +116,7 @@ class Engine:
         self.hashes = max(1, hashes)
         self.prompts = self._draw_prompts()
         self.active: list[Request] = []
+        self.next_request = 0
 
     def _draw_prompts(self) -> list[tuple[int, ...]]:
         """A few prompts that share prefixes (a tree of block chains)."""
@@ -135,20 +140,22 @@ class Engine:
     def start(self, keys: tuple[OffloadKey, ...]) -> Request:
         """Steps 1-2: look up, touch, load the hits, store the rest."""
         h = self.harness
-        h.step(RequestHook("on_new_request"))
-        h.step(LookupPrefix(keys))
+        number = self.next_request
+        self.next_request += 1
+        h.step(StartRequest(number))
+        h.step(LookupPrefix(keys, request=number))
         hits = _answer(h, LookupPrefix(keys))
         if hits is None:  # no answer ("retry"): the model's
             hits = core_of(h.model).lookup_prefix(keys)[1]
-        h.step(Touch(keys))
-        request = Request(keys)
+        h.step(Touch(keys, request=number))
+        request = Request(number, keys)
         if hits:
             request.loading = keys[:hits]
-            h.step(PrepareLoad(request.loading))
+            h.step(PrepareLoad(request.loading, request=number))
         rest = keys[hits:]
         if rest:
             new = core_of(h.model).new_keys(rest)
-            h.step(PrepareStore(rest))
+            h.step(PrepareStore(rest, request=number))
             core = core_of(h.model)
             request.storing = tuple(k for k in new if core.phase(k).kind is PhaseKind.PENDING)
         return request
@@ -158,11 +165,11 @@ class Engine:
         h = self.harness
         if request.stage == 0 and request.storing:
             success = self.rng.random() >= fail_share
-            h.step(CompleteStore(request.storing, success))
+            h.step(CompleteStore(request.storing, success, request=request.number))
         elif request.stage == 1 and request.loading:
-            h.step(CompleteLoad(request.loading))
+            h.step(CompleteLoad(request.loading, request=request.number))
         elif request.stage >= 2:
-            h.step(RequestHook("on_request_finished"))
+            h.step(FinishRequest(request.number))
             return True
         request.stage += 1
         return False
@@ -182,7 +189,7 @@ class Engine:
         for request in list(self.active):
             if rng.random() < 0.7 and self.advance(request):
                 self.active.remove(request)
-        h.step(RequestHook("on_schedule_end"))
+        h.step(ScheduleEnd())
         if rng.random() < 0.2:
             h.step(TakeEvents())
 
@@ -204,19 +211,17 @@ class Engine:
         for _ in range(repeats):
             self.active.append(self.start(keys))
             self.finish_all()
-        h.step(LookupPrefix(keys))
+        check = self.start(keys)  # the next request of the prompt reads it back
         got = _answer(h, LookupPrefix(keys))
         if got is not None and got != len(keys):
-            h.trace.append(
-                (LookupPrefix(keys),
-                 f"assert m.lookup_prefix({_keys(keys)}, ctx) == {len(keys)}  "
-                 f"# answered {got}")
-            )
             raise Discrepancy(
                 REPEATED_PROMPT,
-                f"a prompt of {len(keys)} keys requested {repeats} time(s) in a row "
-                f"with room for {room} is read back only {got} keys long",
+                f"a prompt of {len(keys)} keys ({_keys(keys)}) requested {repeats} "
+                f"time(s) in a row with room for {room} is read back only {got} keys "
+                "long (the last request's lookup_prefix)",
             )
+        self.active.append(check)
+        self.finish_all()
 
     def run(self, steps: int) -> int:
         """About ``steps`` scheduler steps; the number made."""

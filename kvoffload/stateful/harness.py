@@ -45,6 +45,20 @@ from kvoffload.stateful.outputs import EventMetadata, compact_call, store_slots
 
 Model = Union[ManagerModel, ReuseFilterModel]
 ManagerFactory = Callable[[int], OffloadingManager]
+ContextFactory = Callable[[str], object]
+"""``context_factory(req_id)``: the request context a backend takes (the kit
+builds one per request and passes that object with every call of the
+request)."""
+
+
+def default_context(req_id: str) -> ReqContext:
+    """The request context the kit passes unless told otherwise."""
+    return ReqContext(req_id=req_id)
+
+
+def request_id(request: int) -> str:
+    """The ``req_id`` of the kit's request number ``request``."""
+    return f"req-{request}"
 POLICIES = POLICY_NAMES
 """The policy names the kit accepts (the specification's registry)."""
 
@@ -95,7 +109,10 @@ class KitConfig:
     manager is a reuse filter with these parameters. ``profile``: the
     conventions the manager keeps (:class:`~kvoffload.spec.profile.Profile`;
     the kit makes only the calls the profile allows and judges answers as it
-    says). ``events``: the manager emits events.
+    says). ``events``: the manager emits events. ``context_factory(req_id)``
+    builds the request context the backend takes (default: ``ReqContext``;
+    a backend with its own, e.g. mutable, context type supplies its own);
+    ``max_requests``: how many requests the kit keeps open at once.
 
     ``typed_errors`` and ``supports_reset`` are the older spelling of
     ``profile.errors`` and ``profile.has_reset``: when given (not None) they
@@ -112,6 +129,8 @@ class KitConfig:
     min_blocks: int = 1
     max_blocks: int = 4
     num_keys: int = 6
+    context_factory: ContextFactory = attrs.field(factory=lambda: default_context)
+    max_requests: int = 3
 
     def __attrs_post_init__(self) -> None:
         if self.policy not in POLICIES:
@@ -120,6 +139,8 @@ class KitConfig:
             raise ValueError("need 1 <= min_blocks <= max_blocks")
         if not 1 <= self.num_keys <= 256:
             raise ValueError("num_keys must be in [1, 256]")
+        if self.max_requests < 1:
+            raise ValueError("max_requests must be >= 1")
         profile = with_overrides(self.profile, self.typed_errors, self.supports_reset)
         object.__setattr__(self, "profile", profile)
         object.__setattr__(self, "typed_errors", profile.errors is ErrorStyle.TYPED)
@@ -187,7 +208,7 @@ class Harness:
         self.keys = config.keys()
         self.model: Model = config.new_model(num_blocks)
         self.manager = config.factory(num_blocks)
-        self.ctx = ReqContext(req_id="kit")
+        self.contexts: dict[int, object] = {}  # one context per request, for its lifetime
         self.trace: list[tuple[Operation, str]] = []
         self.inspectable = isinstance(self.manager, InspectableManager)
         self.policy_inspectable = POLICY_REGISTRY[config.policy].implementable and isinstance(
@@ -207,6 +228,28 @@ class Harness:
         self.observer: Callable[[Model, Operation, Model], None] | None = None
 
     # --- public -----------------------------------------------------------
+
+    @property
+    def ctx(self) -> object:
+        """The context of request 0 (the one request of a single-request run)."""
+        return self.context(0)
+
+    def context(self, request: int) -> object:
+        """The context the calls of ``request`` carry: built once by the
+        configuration's ``context_factory`` from the request id, then the
+        same object for the request's lifetime (a backend may keep state in
+        it)."""
+        context = self.contexts.get(request)
+        if context is None:
+            context = self.contexts[request] = self.config.context_factory(
+                request_id(request)
+            )
+        return context
+
+    def context_for(self, op: Operation) -> object:
+        """The context ``op`` carries (None for calls without one)."""
+        request = op.context_of
+        return None if request is None else self.context(request)
 
     def step(self, op: Operation) -> None:
         """Apply ``op`` to model and manager; raise :class:`Discrepancy` on
@@ -301,7 +344,7 @@ class Harness:
             (op, f"must_raise(lambda: {call}{raises})  # {type(expected).__name__}")
         )
         try:
-            op.call(self.manager, self.ctx)
+            op.call(self.manager, self.context_for(op))
         except OffloadingError as error:
             if typed and not isinstance(error, type(expected)):
                 raise Discrepancy(
@@ -338,12 +381,12 @@ class Harness:
             # "ascending slot order" of slots nobody showed: no verdict
             self._unordered.update(e.keys for e in core_of(self.model).events[queued:])
         self._record(op)
-        op.call(self.manager, self.ctx)
+        op.call(self.manager, self.context_for(op))
 
     def _lookup_answer(self, op: Operation) -> None:
         expected = self._expect(op)
         self._record(op, f"-> {_shown_answer(expected)}")
-        actual = op.call(self.manager, self.ctx)
+        actual = op.call(self.manager, self.context_for(op))
         self.last_answer = actual
         if not lookup_agrees(actual, expected):
             raise Discrepancy(
@@ -361,7 +404,7 @@ class Harness:
             raise TypeError(op)
         before = self.model
         self._record(op)
-        actual = op.call(self.manager, self.ctx)
+        actual = op.call(self.manager, self.context_for(op))
         if actual is None:
             self.trace[-1] = (op, op.render(SCRIPT_SPELLING) + "  # -> None")
             after, expected = before.apply(op)
@@ -389,7 +432,7 @@ class Harness:
         slots = store_slots(self.manager, store_spec, keys_to_store, self.inspectable)
         if slots is None:
             self.slots_known = False  # the model's slots are its own: never compared
-        chosen = PrepareStore(op.keys, victims=victims, slots=slots)
+        chosen = attrs.evolve(op, victims=victims, slots=slots)
         self.trace[-1] = (
             op,
             op.render(SCRIPT_SPELLING)
@@ -427,7 +470,7 @@ class Harness:
         self._record(
             op, f"-> slots {list(expected) if isinstance(expected, tuple) else expected!r}"
         )
-        spec = op.call(self.manager, self.ctx)
+        spec = op.call(self.manager, self.context_for(op))
         slots = slots_of(spec)
         if slots is not None and slots != expected:
             raise Discrepancy(
@@ -443,7 +486,7 @@ class Harness:
         held = core_of(self.model).consumer_view  # what a consumer holds now
         expected = self._expect(op)
         self._record(op)
-        answer = op.call(self.manager, self.ctx)
+        answer = op.call(self.manager, self.context_for(op))
         actual = list(cast(Sequence[OffloadingEvent], answer))
         if self.config.profile.private_events:  # internal clean-up, never published
             actual = [e for e in actual if not getattr(e, "metadata_only", False)]
@@ -566,13 +609,13 @@ _KEY_NAMES: dict[bytes, str] = {}
 
 
 class _ScriptSpelling:
-    """Keys as ``K[i]``, the request context as ``ctx``."""
+    """Keys as ``K[i]``, request ``i``'s context as ``ctx(i)``."""
 
     def key(self, key: object) -> str:
         return key_name(key)
 
     def ctx(self, request: int) -> str:
-        return "ctx"
+        return f"ctx({request})"
 
 
 SCRIPT_SPELLING = _ScriptSpelling()
@@ -642,6 +685,9 @@ def answer(value):
 
 
 def shown(value):
+    if hasattr(value, "keys_to_store"):
+        stores, evicts = list(value.keys_to_store), list(value.evicted_keys)
+        return f"a store of {shown(stores)} evicting {shown(evicts)}"
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(shown(v) for v in value) + "]"
     if isinstance(value, bytes) and value in K:
@@ -663,6 +709,15 @@ def block_ids(spec):
 
 def events_of(events):
     return [(list(e.keys), bool(e.removed)) for e in events]
+
+
+_contexts = {}
+
+
+def ctx(request):
+    if request not in _contexts:
+        _contexts[request] = make_context(f"req-{request}")
+    return _contexts[request]
 '''
 """The helpers every replay script defines."""
 
@@ -675,6 +730,7 @@ def render_script(
     factory_import: str | None,
     failure: str,
     check: str | None = None,
+    context_import: str | None = None,
 ) -> str:
     """A short Python script replaying ``trace`` against the factory.
 
@@ -683,6 +739,9 @@ def render_script(
     ``AssertionError`` when the manager still answers as it did). Without a
     ``check`` the script raises ``AssertionError(failure)`` after that call.
     Either way the script stops there with a non-zero exit status.
+    Request ``i``'s context is ``ctx(i)``, built once by ``make_context``:
+    ``ReqContext``, or the callable ``context_import`` (``"module:name"``)
+    names.
     """
     lines = ["# Replays a conformance failure found by `kvoffload audit`."]
     if factory_import:
@@ -690,15 +749,19 @@ def render_script(
         lines.append(f"from {module} import {name} as factory")
     else:
         lines.append("from your_module import factory  # the audited factory")
+    lines.append(
+        f"from {context_import.replace(':', ' import ')} as make_context"
+        if context_import
+        else "from kvoffload import ReqContext as make_context"
+    )
     lines += [
-        "from kvoffload import OffloadingError, ReqContext, make_offload_key",
+        "from kvoffload import OffloadingError, make_offload_key",
         "",
         "",
         *SCRIPT_HELPERS.rstrip("\n").split("\n"),
         "",
         "",
         f"K = [make_offload_key(b'blk%02d' % (i // 2), i % 2) for i in range({num_keys})]",
-        'ctx = ReqContext(req_id="kit")',
         f"m = factory({num_blocks})",
     ]
     body = [line for _, line in trace]

@@ -4,23 +4,24 @@
 ``RuleBasedStateMachine`` subclass whose rules make every call of the
 contract — legal ones, and illegal ones (each must raise, as the profile's
 ``errors`` says, and change nothing) — and step a :class:`~kvoffload.stateful.harness.Harness` with each.
-Bundles carry stores and loads in flight between ``prepare_*`` and
-``complete_*``.
+Requests are first-class: up to ``max_requests`` are open at once, each
+call carries one open request's context, and a request finishes
+(``on_request_finished``) only when none of its loads and stores is in
+flight; no call names it afterwards. The machine keeps the transfers in
+flight per request between ``prepare_*`` and ``complete_*``.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, ClassVar
+from typing import ClassVar
 
+import attrs
 from hypothesis import strategies as st
 from hypothesis.stateful import (
-    Bundle,
     RuleBasedStateMachine,
-    consumes,
     initialize,
     invariant,
-    multiple,
     precondition,
     rule,
 )
@@ -30,13 +31,15 @@ from kvoffload.spec.lifecycle import PhaseKind
 from kvoffload.spec.model import (
     CompleteLoad,
     CompleteStore,
+    FinishRequest,
     Lookup,
     LookupPrefix,
     Operation,
     PrepareLoad,
     PrepareStore,
-    RequestHook,
     ResetCache,
+    ScheduleEnd,
+    StartRequest,
     TakeEvents,
     Touch,
 )
@@ -60,6 +63,14 @@ class TraceSink:
         self.runs = 0
 
 
+@attrs.define
+class Transfer:
+    """A load or store in flight: the request that made it and its keys."""
+
+    request: int
+    keys: tuple[OffloadKey, ...]
+
+
 class ManagerMachine(RuleBasedStateMachine):
     """Model and manager side by side (configure with
     :func:`make_manager_machine`)."""
@@ -67,12 +78,13 @@ class ManagerMachine(RuleBasedStateMachine):
     config: ClassVar[KitConfig]
     sink: ClassVar[TraceSink]
 
-    stores = Bundle("stores")
-    loads = Bundle("loads")
-
     def __init__(self) -> None:
         super().__init__()
         self._harness: Harness | None = None
+        self.open_requests: list[int] = []
+        self.next_request = 0
+        self.stores: list[Transfer] = []
+        self.loads: list[Transfer] = []
 
     @property
     def harness(self) -> Harness:
@@ -92,11 +104,40 @@ class ManagerMachine(RuleBasedStateMachine):
         core = core_of(self.harness.model)
         return [k for k in self.harness.keys if core.phase(k).kind in kinds]
 
+    def _request(self, data: st.DataObject) -> int:
+        """One of the open requests."""
+        return data.draw(st.sampled_from(self.open_requests), label="request")
+
     def step(self, op: Operation) -> None:
         self.sink.steps += 1
         self.harness.step(op)
 
-    # --- set-up -------------------------------------------------------------
+    def _start_request(self) -> None:
+        request = self.next_request
+        self.next_request += 1
+        self.step(StartRequest(request))
+        self.open_requests.append(request)
+
+    def _stored(self, request: int, new: tuple[OffloadKey, ...]) -> None:
+        """Keep the keys of ``new`` the last store made PENDING in flight."""
+        after = core_of(self.harness.model)
+        pending = tuple(k for k in new if after.phase(k).kind is PhaseKind.PENDING)
+        if pending:
+            self.stores.append(Transfer(request, pending))
+
+    def _in_flight(self, request: int) -> bool:
+        """Whether ``request`` has a store or load still in flight (batches
+        whose keys a reset or a failure dropped do not count)."""
+        core = core_of(self.harness.model)
+        for transfer in (*self.stores, *self.loads):
+            if transfer.request != request:
+                continue
+            kinds = {core.phase(k).kind for k in transfer.keys}
+            if kinds & {PhaseKind.PENDING, PhaseKind.LOADING}:
+                return True
+        return False
+
+    # --- set-up and requests ------------------------------------------------
 
     @initialize(data=st.data())
     def start(self, data: st.DataObject) -> None:
@@ -106,22 +147,68 @@ class ManagerMachine(RuleBasedStateMachine):
         self._harness = Harness(self.config, num_blocks)
         self.sink.harness = self._harness
         self.sink.runs += 1
+        self._start_request()
+
+    @precondition(lambda self: len(self.open_requests) < self.config.max_requests)
+    @rule()
+    def start_request(self) -> None:
+        """A new request arrives (``on_new_request``)."""
+        self._start_request()
+
+    @precondition(lambda self: any(not self._in_flight(r) for r in self.open_requests))
+    @rule(data=st.data())
+    def finish_request(self, data: st.DataObject) -> None:
+        """A request with nothing in flight finishes; if it was the last one
+        open, the next request arrives."""
+        done = [r for r in self.open_requests if not self._in_flight(r)]
+        request = data.draw(st.sampled_from(done), label="request")
+        self.step(FinishRequest(request))
+        self.open_requests.remove(request)
+        self.stores = [t for t in self.stores if t.request != request]
+        self.loads = [t for t in self.loads if t.request != request]
+        if not self.open_requests:
+            self._start_request()
+
+    @precondition(
+        lambda self: bool(self._phase_keys(PhaseKind.READY))
+        and any(not self._in_flight(r) for r in self.open_requests)
+    )
+    @rule(data=st.data())
+    def reuse_and_finish(self, data: st.DataObject) -> None:
+        """A request reads stored blocks back and finishes: the use a
+        request-scoped policy commits at the finish."""
+        done = [r for r in self.open_requests if not self._in_flight(r)]
+        request = data.draw(st.sampled_from(done), label="request")
+        ready = self._phase_keys(PhaseKind.READY)
+        keys = tuple(data.draw(st.permutations(ready), label="keys")[:3])
+        self.step(PrepareLoad(keys, request=request))
+        self.step(CompleteLoad(keys, request=request))
+        self.step(FinishRequest(request))
+        self.open_requests.remove(request)
+        self.stores = [t for t in self.stores if t.request != request]
+        self.loads = [t for t in self.loads if t.request != request]
+        if not self.open_requests:
+            self._start_request()
+
+    @rule()
+    def schedule_end(self) -> None:
+        self.step(ScheduleEnd())
 
     # --- reads --------------------------------------------------------------
 
     @rule(data=st.data())
     def lookup(self, data: st.DataObject) -> None:
-        self.step(Lookup(data.draw(self._keys(), label="key")))
+        self.step(Lookup(data.draw(self._keys(), label="key"), request=self._request(data)))
 
     @rule(data=st.data())
     def lookup_prefix(self, data: st.DataObject) -> None:
         keys = data.draw(st.lists(self._keys(), max_size=6), label="keys")
-        self.step(LookupPrefix(tuple(keys)))
+        self.step(LookupPrefix(tuple(keys), request=self._request(data)))
 
     @rule(data=st.data())
     def touch(self, data: st.DataObject) -> None:
         keys = data.draw(st.lists(self._keys(), max_size=5), label="keys")
-        self.step(Touch(tuple(keys)))
+        self.step(Touch(tuple(keys), request=self._request(data)))
 
     @precondition(lambda self: len(self._phase_keys(*_TRACKED)) >= 2)
     @rule(data=st.data())
@@ -130,7 +217,7 @@ class ManagerMachine(RuleBasedStateMachine):
         tracked = self._phase_keys(*_TRACKED)
         order = data.draw(st.permutations(tracked), label="order")
         count = data.draw(st.integers(2, len(order)), label="how many")
-        self.step(Touch(tuple(order[:count])))
+        self.step(Touch(tuple(order[:count]), request=self._request(data)))
 
     @precondition(lambda self: bool(self.harness.evicted))
     @rule(data=st.data())
@@ -138,38 +225,36 @@ class ManagerMachine(RuleBasedStateMachine):
         """Touch keys evicted earlier: ghost hits for ARC-like policies."""
         recent = list(dict.fromkeys(reversed(self.harness.evicted)))[:4]
         keys = data.draw(st.lists(st.sampled_from(recent), min_size=1, max_size=3))
-        self.step(Touch(tuple(keys)))
+        self.step(Touch(tuple(keys), request=self._request(data)))
 
     # --- stores -------------------------------------------------------------
 
-    @rule(target=stores, data=st.data())
-    def prepare_store(self, data: st.DataObject) -> Any:
+    @rule(data=st.data())
+    def prepare_store(self, data: st.DataObject) -> None:
         keys = tuple(data.draw(self._offer(5), label="keys"))
-        before = core_of(self.harness.model)
-        new = before.new_keys(keys)
-        self.step(PrepareStore(keys))
-        after = core_of(self.harness.model)
-        stored = tuple(k for k in new if after.phase(k).kind is PhaseKind.PENDING)
-        return multiple(stored) if stored else multiple()
+        request = self._request(data)
+        new = core_of(self.harness.model).new_keys(keys)
+        self.step(PrepareStore(keys, request=request))
+        self._stored(request, new)
 
     @rule(data=st.data())
     def store_and_complete(self, data: st.DataObject) -> None:
         """The common engine flow: prepare a store and complete it at once."""
         keys = tuple(data.draw(self._offer(4), label="keys"))
-        before = core_of(self.harness.model)
-        new = before.new_keys(keys)
-        self.step(PrepareStore(keys))
+        request = self._request(data)
+        new = core_of(self.harness.model).new_keys(keys)
+        self.step(PrepareStore(keys, request=request))
         after = core_of(self.harness.model)
         stored = tuple(k for k in new if after.phase(k).kind is PhaseKind.PENDING)
         if stored:
-            self.step(CompleteStore(stored, True))
+            self.step(CompleteStore(stored, True, request=request))
 
     @precondition(
         lambda self: bool(self._phase_keys(PhaseKind.READY))
         and bool(self._phase_keys(PhaseKind.ABSENT))
     )
-    @rule(target=stores, data=st.data())
-    def store_chain(self, data: st.DataObject) -> Any:
+    @rule(data=st.data())
+    def store_chain(self, data: st.DataObject) -> None:
         """Offer stored keys followed by new ones, as a scheduler offers a
         request's chain: the stored ones must stay protected."""
         ready = data.draw(
@@ -178,11 +263,9 @@ class ManagerMachine(RuleBasedStateMachine):
         new = data.draw(
             st.lists(st.sampled_from(self._phase_keys(PhaseKind.ABSENT)), min_size=1,
                      max_size=3, unique=True), label="new")
-        keys = (*ready, *new)
-        self.step(PrepareStore(keys))
-        after = core_of(self.harness.model)
-        stored = tuple(k for k in new if after.phase(k).kind is PhaseKind.PENDING)
-        return multiple(stored) if stored else multiple()
+        request = self._request(data)
+        self.step(PrepareStore((*ready, *new), request=request))
+        self._stored(request, tuple(new))
 
     def _filter_split(self) -> tuple[list[OffloadKey], list[OffloadKey]]:
         """Behind a reuse filter: the READY keys the filter would not pass on
@@ -210,15 +293,16 @@ class ManagerMachine(RuleBasedStateMachine):
         requests' prompts): their counts push stored keys' counts out of the
         filter's table, the case where only protection keeps a stored key."""
         others = self._phase_keys(PhaseKind.ABSENT, PhaseKind.PENDING)
-        self.step(LookupPrefix(tuple(data.draw(st.permutations(others), label="keys"))))
+        keys = tuple(data.draw(st.permutations(others), label="keys"))
+        self.step(LookupPrefix(keys, request=self._request(data)))
 
     def _needs_eviction_through_filter(self) -> bool:
         below, admitted = self._filter_split()
         return bool(below) and len(admitted) > core_of(self.harness.model).free_count()
 
     @precondition(lambda self: self._needs_eviction_through_filter())
-    @rule(target=stores, data=st.data())
-    def store_chain_through_filter(self, data: st.DataObject) -> Any:
+    @rule(data=st.data())
+    def store_chain_through_filter(self, data: st.DataObject) -> None:
         """Behind a reuse filter, offer stored keys whose counts are below
         the threshold with more keys the filter admits than there are free
         slots: the stored ones must stay protected from the eviction though
@@ -228,50 +312,64 @@ class ManagerMachine(RuleBasedStateMachine):
         stored = data.draw(st.permutations(below), label="stored")[:3]
         new = data.draw(st.permutations(admitted), label="new")
         count = data.draw(st.integers(free + 1, len(new)), label="how many new")
-        self.step(PrepareStore((*stored, *new[:count])))
-        after = core_of(self.harness.model)
-        pending = tuple(k for k in new if after.phase(k).kind is PhaseKind.PENDING)
-        return multiple(pending) if pending else multiple()
+        request = self._request(data)
+        self.step(PrepareStore((*stored, *new[:count]), request=request))
+        self._stored(request, tuple(new[:count]))
 
-    @rule(target=stores, batch=consumes(stores), data=st.data())
-    def complete_store(self, batch: tuple[OffloadKey, ...], data: st.DataObject) -> Any:
+    @precondition(lambda self: bool(self.stores))
+    @rule(data=st.data())
+    def complete_store(self, data: st.DataObject) -> None:
+        """Complete all or part of a store in flight, with success or not;
+        the rest stays in flight."""
+        index = data.draw(st.integers(0, len(self.stores) - 1), label="store")
+        batch = self.stores.pop(index)
         core = core_of(self.harness.model)
-        live = [k for k in batch if core.phase(k).kind is not PhaseKind.ABSENT]
+        live = [k for k in batch.keys if core.phase(k).kind is not PhaseKind.ABSENT]
         order = data.draw(st.permutations(live), label="order")
         count = data.draw(st.integers(0, len(order)), label="how many")
         success = data.draw(st.booleans(), label="success")
         chosen, rest = tuple(order[:count]), tuple(order[count:])
-        self.step(CompleteStore(chosen, success))
-        return multiple(rest) if rest else multiple()
+        self.step(CompleteStore(chosen, success, request=batch.request))
+        if rest:
+            self.stores.append(Transfer(batch.request, rest))
 
     # --- loads --------------------------------------------------------------
 
     @precondition(lambda self: bool(self._phase_keys(PhaseKind.READY, PhaseKind.LOADING)))
-    @rule(target=loads, data=st.data())
-    def prepare_load(self, data: st.DataObject) -> tuple[OffloadKey, ...]:
+    @rule(data=st.data())
+    def prepare_load(self, data: st.DataObject) -> None:
         readable = self._phase_keys(PhaseKind.READY, PhaseKind.LOADING)
         keys = tuple(
             data.draw(st.lists(st.sampled_from(readable), min_size=1, max_size=3), label="keys")
         )
-        self.step(PrepareLoad(keys))
-        return keys
+        request = self._request(data)
+        self.step(PrepareLoad(keys, request=request))
+        self.loads.append(Transfer(request, keys))
 
-    @rule(target=loads, load=consumes(loads), data=st.data())
-    def complete_load(self, load: tuple[OffloadKey, ...], data: st.DataObject) -> Any:
+    @precondition(lambda self: bool(self.loads))
+    @rule(data=st.data())
+    def complete_load(self, data: st.DataObject) -> None:
         """Complete all or part of a load batch; the rest stays in flight."""
+        index = data.draw(st.integers(0, len(self.loads) - 1), label="load")
+        batch = self.loads.pop(index)
         core = core_of(self.harness.model)
         available = Counter(
-            {k: core.phase(k).loads for k in set(load) if core.phase(k).kind is PhaseKind.LOADING}
+            {
+                k: core.phase(k).loads
+                for k in set(batch.keys)
+                if core.phase(k).kind is PhaseKind.LOADING
+            }
         )
         keys: list[OffloadKey] = []
-        for key in load:
+        for key in batch.keys:
             if available[key] > 0:
                 available[key] -= 1
                 keys.append(key)
         count = data.draw(st.integers(0, len(keys)), label="how many")
         done, rest = tuple(keys[len(keys) - count :]), tuple(keys[: len(keys) - count])
-        self.step(CompleteLoad(done))
-        return multiple(rest) if rest else multiple()
+        self.step(CompleteLoad(done, request=batch.request))
+        if rest:
+            self.loads.append(Transfer(batch.request, rest))
 
     # --- the rest -----------------------------------------------------------
 
@@ -288,10 +386,6 @@ class ManagerMachine(RuleBasedStateMachine):
             self.step(TakeEvents())
         self.step(ResetCache())
 
-    @rule(name=st.sampled_from(("on_new_request", "on_request_finished", "on_schedule_end")))
-    def request_hook(self, name: str) -> None:
-        self.step(RequestHook(name))
-
     # --- illegal calls (every manager: typed errors or any, as the profile says)
 
     @precondition(lambda self: bool(self._phase_keys(PhaseKind.ABSENT, PhaseKind.PENDING)))
@@ -300,7 +394,7 @@ class ManagerMachine(RuleBasedStateMachine):
         bad = data.draw(st.sampled_from(self._phase_keys(PhaseKind.ABSENT, PhaseKind.PENDING)))
         good = self._phase_keys(PhaseKind.READY, PhaseKind.LOADING)
         keys = [*good[:1], bad]
-        self.step(PrepareLoad(tuple(keys)))
+        self.step(PrepareLoad(tuple(keys), request=self._request(data)))
 
     @rule(data=st.data())
     def illegal_complete_load(self, data: st.DataObject) -> None:
@@ -313,21 +407,22 @@ class ManagerMachine(RuleBasedStateMachine):
             keys = (key,) * (core_of(self.harness.model).phase(key).loads + 1)
         else:  # pragma: no cover - some key is always in one of those phases
             return
-        self.step(CompleteLoad(keys))
+        self.step(CompleteLoad(keys, request=self._request(data)))
 
     @precondition(lambda self: bool(self._phase_keys(PhaseKind.ABSENT)))
     @rule(data=st.data(), success=st.booleans())
     def illegal_complete_store(self, data: st.DataObject, success: bool) -> None:
         absent = data.draw(st.sampled_from(self._phase_keys(PhaseKind.ABSENT)))
         pending = self._phase_keys(PhaseKind.PENDING)
-        self.step(CompleteStore((*pending[:1], absent), success))
+        self.step(CompleteStore((*pending[:1], absent), success, request=self._request(data)))
 
     @precondition(lambda self: self.config.profile.validates_keys)
     @rule(data=st.data(), bad=st.sampled_from(BAD_KEYS))
     def illegal_prepare_store(self, data: st.DataObject, bad: object) -> None:
         unique = not self.config.profile.offers_repeat_keys
         good = data.draw(st.lists(self._keys(), max_size=2, unique=unique), label="keys")
-        self.step(PrepareStore((*good, bad)))  # type: ignore[arg-type]
+        keys = (*good, bad)
+        self.step(PrepareStore(keys, request=self._request(data)))  # type: ignore[arg-type]
 
     @invariant()
     def agrees(self) -> None:

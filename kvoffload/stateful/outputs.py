@@ -114,9 +114,10 @@ def compact_call(op: object) -> str | None:
         return None
     if keys[0] != flood_key(0) or tuple(keys) != flood_keys(len(keys)):
         return None
+    request = getattr(op, "request", 0)
     return (
         f"m.lookup_prefix([make_offload_key(b'flood%07d' % i, 0) "
-        f"for i in range({len(keys)})], ctx)"
+        f"for i in range({len(keys)})], ctx({request}))"
     )
 
 

@@ -53,11 +53,12 @@ from kvoffload.spec.model import (
     Lookup,
     LookupPrefix,
     PrepareStore,
+    StartRequest,
     TakeEvents,
     Touch,
 )
 from kvoffload.spec.policies import ARCModel
-from kvoffload.spec.profile import FilterCounts
+from kvoffload.spec.profile import FilterCounts, RecencyCommit
 from kvoffload.stateful.harness import Harness, core_of
 from kvoffload.stateful.outputs import flood_keys
 
@@ -78,6 +79,10 @@ FLOOD_BUDGET = 200_000
 count table that may hold tens of thousands of keys (three floods of the
 default 64,000-entry table, many of a small one). The first probe of a
 filter audit floods."""
+
+
+PROBE_REQUEST = 1_000_000
+"""The request every call of a probe carries (opened on the copy)."""
 
 
 def probe_key(index: int) -> OffloadKey:
@@ -113,6 +118,7 @@ class Prober:
         probe = fork(harness, clone)
         rng = self.rng
         try:
+            probe.step(StartRequest(PROBE_REQUEST))
             reuse = harness.config.reuse_filter
             if (
                 reuse is not None
@@ -164,17 +170,22 @@ def fork(harness: Harness, manager: OffloadingManager) -> Harness:
 
 
 def settle(probe: Harness) -> None:
-    """Complete every store and load in flight: every tracked key READY."""
+    """Complete every store and load in flight: every tracked key READY.
+    Only where recency is committed at touch: under request-scoped recency
+    a transfer is completed by the request that started it, which the
+    probe does not know."""
+    if probe.config.profile.recency_commit is not RecencyCommit.TOUCH:
+        return
     core = core_of(probe.model)
     pending = tuple(k for k, b in core.blocks.items() if b.phase.kind is PhaseKind.PENDING)
     if pending:
-        probe.step(CompleteStore(pending, True))
+        probe.step(CompleteStore(pending, True, request=PROBE_REQUEST))
     core = core_of(probe.model)
     loads: Counter[OffloadKey] = Counter(
         {k: b.phase.loads for k, b in core.blocks.items() if b.phase.kind is PhaseKind.LOADING}
     )
     if loads:
-        probe.step(CompleteLoad(tuple(loads.elements())))
+        probe.step(CompleteLoad(tuple(loads.elements()), request=PROBE_REQUEST))
 
 
 def touch_ghosts(probe: Harness, rng: random.Random) -> None:
@@ -213,7 +224,7 @@ def touch_ghosts(probe: Harness, rng: random.Random) -> None:
     most = min(3, len(ghosts)) if forgotten else len(ghosts)
     hits = ghosts[: rng.randint(1, most)] if ghosts else []
     for key in [*hits, *forgotten]:
-        probe.step(Touch((key,)))
+        probe.step(Touch((key,), request=PROBE_REQUEST))
 
 
 def count(probe: Harness, keys: tuple[OffloadKey, ...]) -> None:
@@ -227,11 +238,11 @@ def count(probe: Harness, keys: tuple[OffloadKey, ...]) -> None:
     if reuse is None or counts is FilterCounts.OFFERS or not keys:
         return
     if counts is FilterCounts.LOOKUPS:
-        probe.step(LookupPrefix(keys * reuse.store_threshold))
+        probe.step(LookupPrefix(keys * reuse.store_threshold, request=PROBE_REQUEST))
         return
     for key in keys:
         for _ in range(reuse.store_threshold):
-            probe.step(Lookup(key))
+            probe.step(Lookup(key, request=PROBE_REQUEST))
 
 
 def _offers_needed(probe: Harness) -> int:
@@ -249,7 +260,7 @@ def _offer_fresh(probe: Harness, key: OffloadKey) -> bool:
     on); whether it is now PENDING."""
     count(probe, (key,))
     for _ in range(_offers_needed(probe)):
-        probe.step(PrepareStore((key,)))
+        probe.step(PrepareStore((key,), request=PROBE_REQUEST))
         if core_of(probe.model).phase(key).kind is PhaseKind.PENDING:
             return True
     return False
@@ -263,19 +274,19 @@ def fill(probe: Harness, rng: random.Random) -> None:
     if keys:
         count(probe, keys)
         for _ in range(_offers_needed(probe)):
-            probe.step(PrepareStore(keys))
+            probe.step(PrepareStore(keys, request=PROBE_REQUEST))
             core = core_of(probe.model)
             if all(core.phase(k).kind is PhaseKind.PENDING for k in keys):
                 break
         stored = tuple(k for k in keys if core_of(probe.model).phase(k).kind is PhaseKind.PENDING)
         if stored:
-            probe.step(CompleteStore(stored, True))
+            probe.step(CompleteStore(stored, True, request=PROBE_REQUEST))
     core = core_of(probe.model)
     ready = [k for k, b in core.blocks.items() if b.phase.kind is PhaseKind.READY]
     rng.shuffle(ready)
     chosen = ready[: rng.randint(0, len(ready))]
     if chosen:
-        probe.step(Touch(tuple(chosen)))
+        probe.step(Touch(tuple(chosen), request=PROBE_REQUEST))
 
 
 def flood(probe: Harness, rng: random.Random) -> None:
@@ -294,11 +305,11 @@ def flood(probe: Harness, rng: random.Random) -> None:
     ready = [k for k, b in core.blocks.items() if b.phase.kind is PhaseKind.READY]
     if core.free_count() or not ready:
         return
-    probe.step(LookupPrefix(flood_keys(reuse.max_tracker_size)))
+    probe.step(LookupPrefix(flood_keys(reuse.max_tracker_size), request=PROBE_REQUEST))
     new = probe_key(FILL_BASE - 1)
     count(probe, (new,))
     rng.shuffle(ready)
-    probe.step(PrepareStore((new, *ready)))
+    probe.step(PrepareStore((new, *ready), request=PROBE_REQUEST))
 
 
 FILL_BASE = 500
@@ -322,7 +333,7 @@ def drain(probe: Harness, batch: bool = False, base: int = 0) -> None:
     if batch and offers > 2:
         keys = tuple(probe_key(base + index) for index in range(offers - 1))
         count(probe, keys)
-        probe.step(PrepareStore(keys))
+        probe.step(PrepareStore(keys, request=PROBE_REQUEST))
         _offer_fresh(probe, probe_key(base + offers - 1))
     else:
         for index in range(offers):

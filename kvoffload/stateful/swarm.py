@@ -35,14 +35,16 @@ from kvoffload.spec.lifecycle import PhaseKind
 from kvoffload.spec.model import (
     CompleteLoad,
     CompleteStore,
+    FinishRequest,
     Lookup,
     LookupPrefix,
     ManagerModel,
     Operation,
     PrepareLoad,
     PrepareStore,
-    RequestHook,
     ResetCache,
+    ScheduleEnd,
+    StartRequest,
     TakeEvents,
     Touch,
 )
@@ -73,9 +75,28 @@ class Run:
         self.harness = harness
         self.rng = rng
         self.keys = tuple(keys)
-        self.stores: list[tuple[OffloadKey, ...]] = []  # PENDING batches in flight
-        self.loads: list[tuple[OffloadKey, ...]] = []  # prepare_load batches in flight
+        self.stores: list[tuple[int, tuple[OffloadKey, ...]]] = []  # (request, PENDING batch)
+        self.loads: list[tuple[int, tuple[OffloadKey, ...]]] = []  # (request, load batch)
         self.max_batch = rng.choice((2, 3, 4, 6, 8))
+        self.open: list[int] = []  # requests open, oldest first
+        self.next_request = 0
+        self.start_request()
+
+    def start_request(self) -> None:
+        request = self.next_request
+        self.next_request += 1
+        self.step(StartRequest(request))
+        self.open.append(request)
+
+    def request(self) -> int:
+        """One of the open requests: the one a call carries."""
+        return self.rng.choice(self.open)
+
+    def busy(self, request: int) -> bool:
+        """Whether ``request`` has a store or load in flight."""
+        return any(r == request for r, _ in self.stores) or any(
+            r == request for r, _ in self.loads
+        )
 
     @property
     def core(self) -> ManagerModel:
@@ -108,15 +129,20 @@ class Run:
     def step(self, op: Operation) -> None:
         self.harness.step(op)
 
-    def store(self, keys: tuple[OffloadKey, ...]) -> tuple[OffloadKey, ...]:
-        """Offer ``keys``; the keys now PENDING join the batches in flight."""
+    def store(
+        self, keys: tuple[OffloadKey, ...], request: int | None = None
+    ) -> tuple[int, tuple[OffloadKey, ...]]:
+        """Offer ``keys`` for ``request`` (a random open one by default); the
+        keys now PENDING join the batches in flight. The request and those
+        keys."""
+        request = self.request() if request is None else request
         new = self.core.new_keys(keys)
-        self.step(PrepareStore(keys))
+        self.step(PrepareStore(keys, request=request))
         core = self.core
         stored = tuple(k for k in new if core.phase(k).kind is PhaseKind.PENDING)
         if stored:
-            self.stores.append(stored)
-        return stored
+            self.stores.append((request, stored))
+        return request, stored
 
 
 Action = Callable[[Run], None]
@@ -126,21 +152,21 @@ Action = Callable[[Run], None]
 
 
 def _lookup(run: Run) -> None:
-    run.step(Lookup(run.rng.choice(run.keys)))
+    run.step(Lookup(run.rng.choice(run.keys), request=run.request()))
 
 
 def _lookup_prefix(run: Run) -> None:
-    run.step(LookupPrefix(run.some(run.keys, 0)))
+    run.step(LookupPrefix(run.some(run.keys, 0), request=run.request()))
 
 
 def _touch(run: Run) -> None:
-    run.step(Touch(run.some(run.keys, 0)))
+    run.step(Touch(run.some(run.keys, 0), request=run.request()))
 
 
 def _touch_tracked(run: Run) -> None:
     tracked = run.of(PhaseKind.PENDING, PhaseKind.READY, PhaseKind.LOADING)
     if tracked:
-        run.step(Touch(run.subset(tracked)))
+        run.step(Touch(run.subset(tracked), request=run.request()))
 
 
 def _touch_evicted(run: Run) -> None:
@@ -157,10 +183,10 @@ def _touch_evicted(run: Run) -> None:
         fractional = [*(policy.b1 if b1 and b2 % b1 and b2 > b1 else ()),
                       *(policy.b2 if b2 and b1 % b2 and b1 > b2 else ())]
         if fractional:
-            run.step(Touch((run.rng.choice(fractional),)))
+            run.step(Touch((run.rng.choice(fractional),), request=run.request()))
             return
     recent = list(dict.fromkeys(reversed(evicted)))[:6]
-    run.step(Touch(run.some(recent, 1, 3)))
+    run.step(Touch(run.some(recent, 1, 3), request=run.request()))
 
 
 def _prepare_store(run: Run) -> None:
@@ -188,67 +214,70 @@ def _store_chain(run: Run) -> None:
 
 
 def _store_and_complete(run: Run) -> None:
-    stored = run.store(run.offer())
+    request, stored = run.store(run.offer())
     if stored:
-        run.stores.remove(stored)
-        run.step(CompleteStore(stored, True))
+        run.stores.remove((request, stored))
+        run.step(CompleteStore(stored, True, request=request))
 
 
 def _counted_store(run: Run) -> None:
     """Look keys up as often as a reuse filter needs to pass them on, then
     offer them (what an engine's repeated requests do)."""
     keys = run.subset(run.keys)
+    request = run.request()
     reuse = run.harness.config.reuse_filter
     for _ in range(reuse.store_threshold if reuse is not None else 1):
-        run.step(LookupPrefix(keys))
-    run.store(keys)
+        run.step(LookupPrefix(keys, request=request))
+    run.store(keys, request)
 
 
 def _empty_offer(run: Run) -> None:
-    run.step(PrepareStore(()))
+    run.step(PrepareStore((), request=run.request()))
 
 
 def _complete_store(run: Run) -> None:
     """Complete part of a batch in flight (success or failure)."""
     if not run.stores:
         return
-    batch = run.stores.pop(run.rng.randrange(len(run.stores)))
+    request, batch = run.stores.pop(run.rng.randrange(len(run.stores)))
     core = run.core
     live = [k for k in batch if core.phase(k).kind is PhaseKind.PENDING]
     run.rng.shuffle(live)
     count = run.rng.randint(0, len(live)) if run.rng.random() < 0.5 else len(live)
     success = run.rng.random() < 0.8
     done, rest = tuple(live[:count]), tuple(live[count:])
-    run.step(CompleteStore(done, success))
+    run.step(CompleteStore(done, success, request=request))
     if rest:
-        run.stores.append(rest)
+        run.stores.append((request, rest))
 
 
 def _complete_store_again(run: Run) -> None:
     """``complete_store`` of keys already stored: a no-op."""
     stored = run.of(PhaseKind.READY, PhaseKind.LOADING)
     if stored:
-        run.step(CompleteStore(run.subset(stored), run.rng.random() < 0.7))
+        run.step(CompleteStore(run.subset(stored), run.rng.random() < 0.7, request=run.request()))
 
 
 def _prepare_load(run: Run) -> None:
     readable = run.of(PhaseKind.READY, PhaseKind.LOADING)
     if readable:
         keys = run.some(readable, 1, 4)
-        run.step(PrepareLoad(keys))
-        run.loads.append(keys)
+        request = run.request()
+        run.step(PrepareLoad(keys, request=request))
+        run.loads.append((request, keys))
 
 
 def _empty_load(run: Run) -> None:
-    run.step(PrepareLoad(()))
-    run.step(CompleteLoad(()))
+    request = run.request()
+    run.step(PrepareLoad((), request=request))
+    run.step(CompleteLoad((), request=request))
 
 
 def _complete_load(run: Run) -> None:
     """Complete all or part of a load batch; the rest stays in flight."""
     if not run.loads:
         return
-    batch = run.loads.pop(run.rng.randrange(len(run.loads)))
+    request, batch = run.loads.pop(run.rng.randrange(len(run.loads)))
     core = run.core
     available = Counter(
         {k: core.phase(k).loads for k in set(batch) if core.phase(k).kind is PhaseKind.LOADING}
@@ -260,9 +289,9 @@ def _complete_load(run: Run) -> None:
             keys.append(key)
     count = run.rng.randint(0, len(keys)) if run.rng.random() < 0.5 else len(keys)
     done, rest = tuple(keys[len(keys) - count:]), tuple(keys[: len(keys) - count])
-    run.step(CompleteLoad(done))
+    run.step(CompleteLoad(done, request=request))
     if rest:
-        run.loads.append(rest)
+        run.loads.append((request, rest))
 
 
 def _take_events(run: Run) -> None:
@@ -279,15 +308,32 @@ def _reset(run: Run) -> None:
     run.loads.clear()
 
 
-def _hook(run: Run) -> None:
-    run.step(RequestHook(run.rng.choice(("on_new_request", "on_request_finished", "on_schedule_end"))))
+def _start_request(run: Run) -> None:
+    if len(run.open) < run.harness.config.max_requests:
+        run.start_request()
+
+
+def _finish_request(run: Run) -> None:
+    """A request with nothing in flight finishes (no later call names it);
+    if it was the last one open, the next one arrives."""
+    done = [r for r in run.open if not run.busy(r)]
+    if done:
+        request = run.rng.choice(done)
+        run.step(FinishRequest(request))
+        run.open.remove(request)
+        if not run.open:
+            run.start_request()
+
+
+def _schedule_end(run: Run) -> None:
+    run.step(ScheduleEnd())
 
 
 def _illegal_prepare_load(run: Run) -> None:
     bad = run.of(PhaseKind.ABSENT, PhaseKind.PENDING)
     if bad:
         good = run.of(PhaseKind.READY, PhaseKind.LOADING)
-        run.step(PrepareLoad((*good[:1], run.rng.choice(bad))))
+        run.step(PrepareLoad((*good[:1], run.rng.choice(bad)), request=run.request()))
 
 
 def _illegal_complete_load(run: Run) -> None:
@@ -299,21 +345,24 @@ def _illegal_complete_load(run: Run) -> None:
     if loading and (not idle or run.rng.random() < 0.5):
         key = run.rng.choice(loading)
         others = tuple(k for k in loading if k != key)[:1]
-        run.step(CompleteLoad((*others, *(key,) * (run.core.phase(key).loads + 1))))
+        keys = (*others, *(key,) * (run.core.phase(key).loads + 1))
+        run.step(CompleteLoad(keys, request=run.request()))
     elif idle:
-        run.step(CompleteLoad((*loading[:1], run.rng.choice(idle))))
+        run.step(CompleteLoad((*loading[:1], run.rng.choice(idle)), request=run.request()))
 
 
 def _illegal_complete_store(run: Run) -> None:
     absent = run.of(PhaseKind.ABSENT)
     if absent:
         pending = run.of(PhaseKind.PENDING)
-        run.step(CompleteStore((*pending[:1], run.rng.choice(absent)), run.rng.random() < 0.5))
+        keys = (*pending[:1], run.rng.choice(absent))
+        run.step(CompleteStore(keys, run.rng.random() < 0.5, request=run.request()))
 
 
 def _illegal_prepare_store(run: Run) -> None:
     good = run.subset(run.keys)[:2]
-    run.step(PrepareStore((*good, run.rng.choice(BAD_KEYS))))  # type: ignore[arg-type]
+    bad = run.rng.choice(BAD_KEYS)
+    run.step(PrepareStore((*good, bad), request=run.request()))  # type: ignore[arg-type]
 
 
 @attrs.frozen
@@ -350,7 +399,9 @@ ACTIONS: tuple[SwarmAction, ...] = (
     SwarmAction("complete_load", 14, _complete_load),
     SwarmAction("take_events", 3, _take_events),
     SwarmAction("reset_cache", 1, _reset, needs_reset=True),
-    SwarmAction("request_hook", 1, _hook),
+    SwarmAction("start_request", 2, _start_request),
+    SwarmAction("finish_request", 2, _finish_request),
+    SwarmAction("schedule_end", 1, _schedule_end),
     SwarmAction("illegal_prepare_load", 2, _illegal_prepare_load, illegal=True),
     SwarmAction("illegal_complete_load", 2, _illegal_complete_load, illegal=True),
     SwarmAction("illegal_complete_store", 2, _illegal_complete_store, illegal=True),

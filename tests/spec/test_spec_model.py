@@ -162,10 +162,11 @@ def test_reset_announces_readable_keys_in_slot_order() -> None:
     assert after.take_events()[0].consumer_view == frozenset()
 
 
-def test_hooks_change_nothing() -> None:
-    model = stored(ManagerModel.create(2), A)
-    for hook in ("on_new_request", "on_request_finished", "on_schedule_end", "shutdown"):
-        assert model.request_hook(hook) == (model, None)
+def test_hooks_change_nothing_under_the_default_profile() -> None:
+    model = stored(ManagerModel.create(2), A).prepare_load([A], request=1)[0]
+    assert model.start_request(1) == (model, None)
+    assert model.finish_request(1) == (model, None)
+    assert model.schedule_end() == (model, None)
 
 
 # --- auditing: victims and slots chosen by an implementation ---------------------

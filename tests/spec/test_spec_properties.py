@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+import attrs
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -29,14 +30,17 @@ from kvoffload.spec.lifecycle import TRANSITIONS, Call, PhaseKind, apply, is_leg
 from kvoffload.spec.model import (
     CompleteLoad,
     CompleteStore,
+    FinishRequest,
+    KeyListOperation,
     Lookup,
     LookupPrefix,
     ManagerModel,
     Operation,
     PrepareLoad,
     PrepareStore,
-    RequestHook,
     ResetCache,
+    ScheduleEnd,
+    StartRequest,
     StoreResult,
     TakeEvents,
     Touch,
@@ -47,6 +51,7 @@ from kvoffload.spec.profile import (
     FilterCounts,
     LookupAnswer,
     Profile,
+    RecencyCommit,
     ResetAnnounce,
 )
 from kvoffload.spec.reuse import ReuseFilterModel
@@ -110,8 +115,9 @@ def draw_op(data: st.DataObject, state: Model) -> Operation:
     if kind == "events":
         return TakeEvents()
     if kind == "hook":
-        return RequestHook(data.draw(st.sampled_from(
-            ["on_new_request", "on_request_finished", "on_schedule_end", "shutdown"])))
+        request = data.draw(st.integers(0, 2))
+        hook = data.draw(st.sampled_from([StartRequest, FinishRequest]))
+        return hook(request) if data.draw(st.booleans()) else ScheduleEnd()
     absent = with_phase(state, PhaseKind.ABSENT)
     keys = key_lists(data, absent, max_size=3) + key_lists(data, tracked, max_size=2)
     if data.draw(st.integers(0, 30)) == 0:
@@ -152,6 +158,8 @@ def run_sequence(data: st.DataObject, state: Model, steps: int) -> None:
     engine_resets = manager_of(state).profile.reset_announce is ResetAnnounce.ENGINE
     for _ in range(steps):
         op = draw_op(data, state)
+        if isinstance(op, (KeyListOperation, Lookup)):
+            op = attrs.evolve(op, request=data.draw(st.integers(0, 2)))
         if isinstance(op, ResetCache) and engine_resets:
             state = state.take_events()[0]  # the engine drains, then resets
         try:
@@ -165,7 +173,9 @@ def run_sequence(data: st.DataObject, state: Model, steps: int) -> None:
         # Determinism, and the audit path: the model agrees with itself.
         assert state.apply(op) == (after, result)
         if isinstance(op, PrepareStore) and isinstance(result, StoreResult) and op.victims is None:
-            audited = state.prepare_store(op.keys, victims=result.evicted, slots=result.store_slots)
+            audited = state.prepare_store(
+                op.keys, victims=result.evicted, slots=result.store_slots, request=op.request
+            )
             assert audited == (after, result)
             OUTCOMES["prepare_store evicting" if result.evicted else "prepare_store, room free"] += 1
         elif isinstance(op, PrepareStore):
@@ -242,6 +252,7 @@ VARIANT = Profile(
     lookup_answer=LookupAnswer.RESULT,
     filter_counts=FilterCounts.OFFERS_KEEPING_OFFERED,
     filter_reset_clears=False,
+    recency_commit=RecencyCommit.REQUEST_END,
     reset_announce=ResetAnnounce.ENGINE,
     complete_store_ignores_absent=True,
 )

@@ -384,3 +384,18 @@ def test_the_kit_still_passes_the_built_in_manager_under_each_error_style(
     style: ErrorStyle,
 ) -> None:
     run(lru, attrs.evolve(DEFAULT, name=style.value, errors=style), found=False)
+
+
+# --- the command line -------------------------------------------------------------
+
+
+def test_the_command_line_takes_a_profile_by_name(capsys: pytest.CaptureFixture[str]) -> None:
+    from kvoffload.stateful.audit_cli import main
+
+    target = ["--target", "test_kit_profiles:bare_errors", "--policy", "lru", "--examples", "30"]
+    assert main([*target, "--profile", "legacy", "--no-reset"]) == 0
+    assert "PASS" in capsys.readouterr().out
+    assert main(target) == 1  # kvoffload's own profile demands typed errors
+    assert "FAIL (errors)" in capsys.readouterr().out
+    assert main([*target, "--profile", "vllm-0.0"]) == 2
+    assert "no profile named 'vllm-0.0'; known: kvoffload, legacy" in capsys.readouterr().err

@@ -41,13 +41,15 @@ from kvoffload.spec.lifecycle import Call
 from kvoffload.spec.model import (
     CompleteLoad,
     CompleteStore,
+    FinishRequest,
     Lookup,
     LookupPrefix,
     Operation,
     PrepareLoad,
     PrepareStore,
-    RequestHook,
     ResetCache,
+    ScheduleEnd,
+    StartRequest,
     TakeEvents,
     Touch,
 )
@@ -57,7 +59,7 @@ from kvoffload.stateful.shrink import failure_kind, replay
 
 BLOCK_SIZE = 16
 TIME_LIMIT_S = 60.0
-MAX_CALLS = 10  # a probe's counterexample fills the manager before it drains it
+MAX_CALLS = 12  # the filter defects need a dozen calls to push counts out of the table
 FILTER_MAX_CALLS = 12
 PASSING_BUDGET = 60
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -301,6 +303,11 @@ PLANTED: tuple[Planted, ...] = (
 # --- replaying a printed script ----------------------------------------------
 
 
+def _request(req_context: ReqContext) -> int:
+    """The kit's request number behind a replay script's ``ctx(i)``."""
+    return int(req_context.req_id.rpartition("-")[2])
+
+
 class RecordingManager(OffloadingManager):
     """Forwards every call to ``inner`` and records it as an operation."""
 
@@ -309,48 +316,48 @@ class RecordingManager(OffloadingManager):
         self.ops: list[Operation] = []
 
     def lookup(self, key: OffloadKey, req_context: ReqContext) -> bool | None:
-        self.ops.append(Lookup(key))
+        self.ops.append(Lookup(key, request=_request(req_context)))
         return self.inner.lookup(key, req_context)
 
     def lookup_prefix(self, keys: Iterable[OffloadKey], req_context: ReqContext) -> int | None:
         keys = list(keys)
-        self.ops.append(LookupPrefix(tuple(keys)))
+        self.ops.append(LookupPrefix(tuple(keys), request=_request(req_context)))
         return self.inner.lookup_prefix(keys, req_context)
 
     def prepare_load(self, keys: Collection[OffloadKey], req_context: ReqContext) -> LoadStoreSpec:
-        self.ops.append(PrepareLoad(tuple(keys)))
+        self.ops.append(PrepareLoad(tuple(keys), request=_request(req_context)))
         return self.inner.prepare_load(keys, req_context)
 
     def touch(self, keys: Collection[OffloadKey], req_context: ReqContext) -> None:
-        self.ops.append(Touch(tuple(keys)))
+        self.ops.append(Touch(tuple(keys), request=_request(req_context)))
         self.inner.touch(keys, req_context)
 
     def complete_load(self, keys: Collection[OffloadKey], req_context: ReqContext) -> None:
-        self.ops.append(CompleteLoad(tuple(keys)))
+        self.ops.append(CompleteLoad(tuple(keys), request=_request(req_context)))
         self.inner.complete_load(keys, req_context)
 
     def prepare_store(
         self, keys: Collection[OffloadKey], req_context: ReqContext
     ) -> PrepareStoreOutput | None:
-        self.ops.append(PrepareStore(tuple(keys)))
+        self.ops.append(PrepareStore(tuple(keys), request=_request(req_context)))
         return self.inner.prepare_store(keys, req_context)
 
     def complete_store(
         self, keys: Collection[OffloadKey], req_context: ReqContext, success: bool = True
     ) -> None:
-        self.ops.append(CompleteStore(tuple(keys), success))
+        self.ops.append(CompleteStore(tuple(keys), success, request=_request(req_context)))
         self.inner.complete_store(keys, req_context, success)
 
     def on_new_request(self, req_context: ReqContext) -> RequestOffloadingContext:
-        self.ops.append(RequestHook("on_new_request"))
+        self.ops.append(StartRequest(_request(req_context)))
         return self.inner.on_new_request(req_context)
 
     def on_request_finished(self, req_context: ReqContext) -> None:
-        self.ops.append(RequestHook("on_request_finished"))
+        self.ops.append(FinishRequest(_request(req_context)))
         self.inner.on_request_finished(req_context)
 
     def on_schedule_end(self) -> None:
-        self.ops.append(RequestHook("on_schedule_end"))
+        self.ops.append(ScheduleEnd())
         self.inner.on_schedule_end()
 
     def take_events(self) -> Iterable[OffloadingEvent]:
