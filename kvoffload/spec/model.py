@@ -52,7 +52,7 @@ import abc
 import enum
 import operator
 from collections.abc import ItemsView, Iterable, Iterator, KeysView, Mapping, Sequence, ValuesView
-from typing import Any, ClassVar, Protocol, SupportsIndex, TypeVar, Union
+from typing import Any, ClassVar, Protocol, SupportsIndex, TypeVar, Union, overload
 
 import attrs
 
@@ -80,6 +80,7 @@ from kvoffload.spec.violations import Invariant, SpecViolation
 
 K = TypeVar("K")
 V = TypeVar("V")
+D = TypeVar("D")
 
 
 class FrozenMap(Mapping[K, V]):
@@ -109,7 +110,13 @@ class FrozenMap(Mapping[K, V]):
     def keys(self) -> KeysView[K]:
         return self._items.keys()
 
-    def get(self, key: K, default: V | None = None) -> V | None:  # type: ignore[override]
+    @overload
+    def get(self, key: K, /) -> V | None: ...
+
+    @overload
+    def get(self, key: K, /, default: V | D) -> V | D: ...
+
+    def get(self, key: K, /, default: object = None) -> object:
         """The value of ``key``, else ``default`` (the dict's own lookup:
         the models ask this on every step)."""
         return self._items.get(key, default)
