@@ -51,8 +51,8 @@ from __future__ import annotations
 import abc
 import enum
 import operator
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any, ClassVar, Protocol, SupportsIndex, TypeVar, Union
+from collections.abc import ItemsView, Iterable, Iterator, KeysView, Mapping, Sequence, ValuesView
+from typing import Any, ClassVar, Protocol, SupportsIndex, TypeVar, Union, overload
 
 import attrs
 
@@ -80,6 +80,7 @@ from kvoffload.spec.violations import Invariant, SpecViolation
 
 K = TypeVar("K")
 V = TypeVar("V")
+D = TypeVar("D")
 
 
 class FrozenMap(Mapping[K, V]):
@@ -96,6 +97,29 @@ class FrozenMap(Mapping[K, V]):
 
     def __getitem__(self, key: K) -> V:
         return self._items[key]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._items
+
+    def items(self) -> ItemsView[K, V]:
+        return self._items.items()
+
+    def values(self) -> ValuesView[V]:
+        return self._items.values()
+
+    def keys(self) -> KeysView[K]:
+        return self._items.keys()
+
+    @overload
+    def get(self, key: K, /) -> V | None: ...
+
+    @overload
+    def get(self, key: K, /, default: V | D) -> V | D: ...
+
+    def get(self, key: K, /, default: object = None) -> object:
+        """The value of ``key``, else ``default`` (the dict's own lookup:
+        the models ask this on every step)."""
+        return self._items.get(key, default)
 
     def __iter__(self) -> Iterator[K]:
         return iter(self._items)

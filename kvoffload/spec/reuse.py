@@ -149,16 +149,13 @@ class ReuseFilterModel:
         )
 
     def _recorded(self, keys: Iterable[OffloadKey]) -> Counts:
-        counts = self.counts
+        table = OrderedDict(self.counts)  # linear in the table and the keys
         for key in keys:
-            found = [c for k, c in counts if k == key]
-            if found:
-                counts = tuple(e for e in counts if e[0] != key) + ((key, found[0] + 1),)
-            else:
-                if len(counts) >= self.max_tracker_size:
-                    counts = counts[1:]
-                counts = counts + ((key, 1),)
-        return counts
+            count = table.pop(key, 0)
+            if not count and len(table) >= self.max_tracker_size:
+                table.popitem(last=False)
+            table[key] = count + 1
+        return tuple(table.items())
 
     def _with(self, backing: ManagerModel) -> ReuseFilterModel:
         return attrs.evolve(self, backing=backing)

@@ -43,6 +43,10 @@ class Invariant(enum.Enum):
     LOOKUP = ("lookup", "lookup and lookup_prefix answer as the specification does")
     ERRORS = ("errors", "an illegal call raises (as the profile says) and changes nothing")
     CRASH = ("no crash", "a legal call returns")
+    REPEATED_PROMPT = (
+        "protocol: repeated prompt",
+        "a prompt requested store_threshold times in a row, with room, is then read back whole",
+    )
 
     def __init__(self, label: str, rule: str) -> None:
         self.label = label

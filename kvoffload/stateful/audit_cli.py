@@ -196,7 +196,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--examples", type=positive_int, default=None, help="Hypothesis examples per target"
     )
-    parser.add_argument("--seed", type=int, default=None, help="random seed (default: fixed)")
+    parser.add_argument(
+        "--seed", type=int, default=None,
+        help="replay the audit with this seed (default: a fresh seed, printed)",
+    )
     parser.add_argument("--steps", type=positive_int, default=None, help="calls per example")
 
 
@@ -293,7 +296,14 @@ def run(args: argparse.Namespace) -> int:
             factory_import=import_path,
         )
         progress.done("ok" if report.passed else "VIOLATION")
-        print("ok" if report.passed else "VIOLATION", f"({report.seconds:.1f} s)")
+        print(
+            "ok" if report.passed else "VIOLATION",
+            f"({report.seconds:.1f} s, seed {report.seed})",
+        )
+        if report.coverage is not None:
+            print(f"  {report.coverage.line()}")
+        for warning in report.warnings:
+            print(f"  WARNING: {warning}")
         reports.append(report)
     header = (
         f"{'target':<36} {'policy':<11} {'result':<22} "

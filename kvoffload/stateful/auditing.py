@@ -7,15 +7,11 @@
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Callable
-from typing import cast
 
 import attrs
-from hypothesis import HealthCheck, Phase, settings
-from hypothesis import seed as hypothesis_seed
-from hypothesis.reporting import with_reporter
-from hypothesis.stateful import run_state_machine_as_test
 
 from kvoffload.spec.contract import OffloadingManager
 from kvoffload.spec.invariants import Invariant
@@ -28,8 +24,9 @@ from kvoffload.stateful.harness import (
     default_context,
     render_script,
 )
-from kvoffload.stateful.machine import TraceSink, make_manager_machine
-from kvoffload.stateful.shrink import failure_kind, replay, shrink
+from kvoffload.stateful.coverage import CoverageSummary
+from kvoffload.stateful.drivers import explore, observability_warning
+from kvoffload.stateful.shrink import failure_kind, fewest_blocks, replay, shrink
 
 DEFAULT_EXAMPLES = 500
 DEFAULT_STEPS = 40
@@ -56,21 +53,35 @@ class AuditReport:
     message: str | None = None
     script: str | None = None
     calls: int = 0
+    seed: int | None = None
+    driver: str | None = None
+    coverage: CoverageSummary | None = None
+    observability: str = "outputs only"
+    warnings: tuple[str, ...] = ()
 
     @property
     def steps_per_second(self) -> float:
         return self.steps / self.seconds if self.seconds > 0 else 0.0
 
     def render(self) -> str:
-        """A human-readable account, with the replay script on failure."""
+        """A human-readable account: verdict, seed, coverage and warnings;
+        the replay script on failure."""
         head = (
             f"{self.target} [{self.policy}]: "
             + ("PASS" if self.passed else f"FAIL: invariant {self.invariant}")
-            + f" ({self.examples} examples, {self.steps} steps, {self.seconds:.1f} s)"
+            + f" ({self.examples} runs, {self.steps} calls, {self.seconds:.1f} s, "
+            f"seed {self.seed})"
         )
+        lines = [head]
+        if not self.passed:
+            lines.append(f"found by the {self.driver} driver; replay the audit with seed={self.seed}")
+        if self.coverage is not None:
+            lines.append(self.coverage.line())
+        lines += [f"WARNING: {w}" for w in self.warnings]
         if self.passed:
-            return head
-        return f"{head}\n{self.message}\n\nReplay ({self.calls} calls):\n{self.script}"
+            return "\n".join(lines)
+        text = "\n".join(lines)
+        return f"{text}\n{self.message}\n\nReplay ({self.calls} calls):\n{self.script}"
 
 
 def audit(
@@ -84,8 +95,8 @@ def audit(
     typed_errors: bool | None = None,
     supports_reset: bool | None = None,
     stateful_step_count: int | None = None,
-    max_blocks: int = 4,
-    num_keys: int = 6,
+    max_blocks: int = 8,
+    num_keys: int = 16,
     name: str | None = None,
     factory_import: str | None = None,
     context_factory: ContextFactory | None = None,
@@ -101,8 +112,12 @@ def audit(
     ``profile_named("vllm-0.33")``); ``typed_errors``/``supports_reset``, when
     given, override its ``errors``/``has_reset``. ``max_examples``/``stateful_step_count`` default to
     ``DEFAULT_EXAMPLES``/``DEFAULT_STEPS`` whatever the Hypothesis profile:
-    an audit's default budget is the same everywhere. ``seed`` fixes the run; None derandomizes it
-    (same run every time). ``factory_import`` (``"module:callable"``) lets the
+    an audit's default budget is the same everywhere (``max_examples`` runs
+    of about ``stateful_step_count`` calls). ``seed`` fixes the audit; None
+    draws a fresh seed, which the report prints (``AuditReport.seed``) so the
+    audit replays with ``seed=``. ``max_blocks``/``num_keys``: each run
+    draws 1..``max_blocks`` blocks and uses part of a universe of
+    ``num_keys`` keys (two KV groups per block hash). ``factory_import`` (``"module:callable"``) lets the
     replay script import the factory. ``context_factory(req_id)`` builds the
     request context the manager takes (default ``ReqContext``; one object
     per request, kept for its lifetime); ``context_import``
@@ -129,48 +144,37 @@ def audit(
         max_examples = DEFAULT_EXAMPLES
     if stateful_step_count is None:
         stateful_step_count = DEFAULT_STEPS
-    run_settings = settings(
-        # The kit shrinks by replaying the recorded calls (kvoffload.stateful.
-        # shrink): far cheaper than Hypothesis re-generating whole runs.
-        phases=[Phase.explicit, Phase.reuse, Phase.generate],
-        max_examples=max_examples,
-        stateful_step_count=stateful_step_count,
-        deadline=None,
-        database=None,
-        derandomize=seed is None,
-        print_blob=False,
-        report_multiple_bugs=False,
-        suppress_health_check=[
-            HealthCheck.too_slow,
-            HealthCheck.data_too_large,
-            HealthCheck.filter_too_much,
-        ],
-    )
-    sink = TraceSink()
-    machine = make_manager_machine(config, sink)
-    if seed is not None:
-        machine = hypothesis_seed(seed)(machine)
+    if seed is None:
+        seed = random.SystemRandom().randrange(2**32)
     target = name or str(getattr(factory, "__qualname__", repr(factory)))
     started = time.perf_counter()
-    failure: BaseException | None = None
-    with with_reporter(lambda message: None):
-        try:
-            # cast: older Hypothesis releases leave this function untyped
-            run_machine = cast(Callable[..., None], run_state_machine_as_test)
-            run_machine(machine, settings=run_settings)
-        except Exception as error:  # noqa: BLE001 - every failure is a finding
-            failure = error
+    found = explore(config, seed=seed, runs=max_examples, steps=stateful_step_count)
     elapsed = time.perf_counter() - started
     policy_label = policy if reuse_filter is None else f"{policy}+filter"
+    warnings = tuple(w for w in (observability_warning(found, config),) if w)
+    passed = AuditReport(
+        target,
+        policy_label,
+        True,
+        found.runs,
+        found.steps,
+        elapsed,
+        seed=seed,
+        driver=found.driver,
+        coverage=found.coverage,
+        observability=found.observability,
+        warnings=warnings,
+    )
+    failure = found.failure
     if failure is None:
-        return AuditReport(
-            target, policy_label, True, sink.runs, sink.steps, elapsed
-        )
-    harness = sink.harness
+        return passed
+    harness = found.harness
     num_blocks = harness.num_blocks if harness is not None else 1
-    if harness is not None:
-        kind = failure_kind(failure)
+    kind = failure_kind(failure)
+    if harness is not None and not kind.startswith("protocol"):
         ops = shrink(config, num_blocks, [op for op, _ in harness.trace], kind)
+        while (fewer := fewest_blocks(config, num_blocks, ops, kind)) < num_blocks:
+            ops, num_blocks = shrink(config, fewer, ops, kind), fewer
         replayed, shrunk_failure = replay(config, num_blocks, ops)
         if shrunk_failure is not None and failure_kind(shrunk_failure) == kind:
             harness, failure = replayed, shrunk_failure
@@ -191,13 +195,9 @@ def audit(
         check=check,
         context_import=context_import,
     )
-    return AuditReport(
-        target,
-        policy_label,
-        False,
-        sink.runs,
-        sink.steps,
-        elapsed,
+    return attrs.evolve(
+        passed,
+        passed=False,
         invariant=invariant,
         key=key,
         message=message,

@@ -33,6 +33,7 @@ from kvoffload.spec.model import (
     ManagerModel,
     Operation,
     PrepareStore,
+    ResetCache,
     Result,
     SpecViolation,
     StoreResult,
@@ -40,6 +41,7 @@ from kvoffload.spec.model import (
 from kvoffload.spec.policies import POLICY_NAMES, POLICY_REGISTRY
 from kvoffload.spec.profile import DEFAULT, ErrorStyle, Profile
 from kvoffload.spec.reuse import ReuseFilterModel
+from kvoffload.stateful.outputs import EventMetadata, compact_call, store_slots
 
 Model = Union[ManagerModel, ReuseFilterModel]
 ManagerFactory = Callable[[int], OffloadingManager]
@@ -145,9 +147,11 @@ class KitConfig:
         object.__setattr__(self, "supports_reset", profile.has_reset)
 
     def keys(self) -> tuple[OffloadKey, ...]:
-        """The key universe: ``num_keys`` keys over two KV groups."""
+        """The key universe: ``num_keys`` keys, two KV groups per block hash
+        (``K[2h]`` and ``K[2h+1]`` share block hash ``h``)."""
         return tuple(
-            make_offload_key(b"blk%02d" % index, index % 2) for index in range(self.num_keys)
+            make_offload_key(b"blk%02d" % (index // 2), index % 2)
+            for index in range(self.num_keys)
         )
 
     def new_model(self, num_blocks: int) -> Model:
@@ -211,6 +215,17 @@ class Harness:
             self.manager, InspectablePolicy
         )
         self.evicted: list[OffloadKey] = []  # victims so far, oldest first
+        self.last_answer: object = None  # the manager's answer to the last lookup_prefix
+        profile = getattr(config, "profile", None)
+        self.metadata = EventMetadata(
+            self.manager,
+            core_of(self.model).medium,
+            carries_block_size=bool(getattr(profile, "event_block_size", True)),
+        )
+        self.slots_known = True  # False once a store's slots were not shown
+        self._unordered: set[tuple[OffloadKey, ...]] = set()  # batches in no set order
+        # called after each legal step with (model before, call, model after)
+        self.observer: Callable[[Model, Operation, Model], None] | None = None
 
     # --- public -----------------------------------------------------------
 
@@ -239,18 +254,26 @@ class Harness:
     def step(self, op: Operation) -> None:
         """Apply ``op`` to model and manager; raise :class:`Discrepancy` on
         the first disagreement or broken invariant."""
-        try:
-            if op.answer is Answer.STORE:
+        before, recorded = self.model, len(self.trace)
+        if op.answer is Answer.STORE:
+            try:
                 for key in op.keys_mentioned:
                     validate_offload_key(key)
+            except InvalidKeyError as error:  # the specification refuses the offer
+                self._illegal(op, error)
+                return
+        try:
             _CHECKS[op.answer](self, op)
         except _ModelRefused as refused:
             self._illegal(op, refused.error)
             return
-        except InvalidKeyError as error:
-            self._illegal(op, error)
-            return
+        except BaseException:  # the manager's own error on a legal call is a finding
+            if len(self.trace) == recorded:  # the manager raised: keep its call
+                self._record(op, "raised")
+            raise
         self.check_state()
+        if self.observer is not None:
+            self.observer(before, op, self.model)
 
     def _expect(self, op: Operation) -> Result:
         """The model's answer to ``op``, the model moved on; an illegal call
@@ -348,10 +371,15 @@ class Harness:
     # --- legal calls: one check per kind of answer -----------------------------
 
     def _record(self, op: Operation, note: str = "") -> None:
-        self.trace.append((op, op.render(SCRIPT_SPELLING) + (f"  # {note}" if note else "")))
+        text = compact_call(op) or op.render(SCRIPT_SPELLING)
+        self.trace.append((op, text + (f"  # {note}" if note else "")))
 
     def _no_answer(self, op: Operation) -> None:
+        queued = len(core_of(self.model).events)
         self._expect(op)
+        if isinstance(op, ResetCache) and not self.slots_known:
+            # "ascending slot order" of slots nobody showed: no verdict
+            self._unordered.update(e.keys for e in core_of(self.model).events[queued:])
         self._record(op)
         op.call(self.manager, self.context_for(op))
 
@@ -359,6 +387,7 @@ class Harness:
         expected = self._expect(op)
         self._record(op, f"-> {_shown_answer(expected)}")
         actual = op.call(self.manager, self.context_for(op))
+        self.last_answer = actual
         if not lookup_agrees(actual, expected):
             raise Discrepancy(
                 Invariant.LOOKUP,
@@ -400,7 +429,9 @@ class Harness:
                 f"prepare_store returned {type(actual).__name__}, which lacks the "
                 f"contract's keys_to_store/evicted_keys/store_spec: {error}",
             ) from None
-        slots = slots_of(store_spec)
+        slots = store_slots(self.manager, store_spec, keys_to_store, self.inspectable)
+        if slots is None:
+            self.slots_known = False  # the model's slots are its own: never compared
         chosen = attrs.evolve(op, victims=victims, slots=slots)
         self.trace[-1] = (
             op,
@@ -480,6 +511,9 @@ class Harness:
         check = f"expect(events_of(out), {_literal_events(want)}, 'events')"
         stored: dict[OffloadKey, bool] = dict.fromkeys(held, True)
         for event in actual:
+            wrong = self.metadata.check(event)
+            if wrong is not None:
+                raise Discrepancy(Invariant.EVENTS, wrong)
             for key in event.keys:
                 last = stored.get(key)
                 if event.removed and last is not True:
@@ -498,6 +532,11 @@ class Harness:
                     )
                 stored[key] = not event.removed
         got = [(tuple(e.keys), bool(e.removed)) for e in actual]
+        if self._unordered and len(got) == len(want):
+            got = [
+                (w if w[0] in self._unordered and sorted(g[0]) == sorted(w[0]) else g)
+                for g, w in zip(got, want)
+            ]
         if got != want:
             raise Discrepancy(
                 Invariant.EVENTS,
@@ -553,9 +592,20 @@ def lookup_agrees(actual: object, expected: object) -> bool:
 
 def key_name(key: object) -> str:
     """How a key of the kit's universe is written in a replay script."""
-    if isinstance(key, bytes) and key.startswith(b"blk") and len(key) == 9:
-        return f"K[{int(key[3:5])}]"
+    if isinstance(key, bytes):
+        name = _KEY_NAMES.get(key)
+        if name is None:
+            if key.startswith(b"blk") and len(key) == 9:
+                name = f"K[{2 * int(key[3:5]) + key[8]}]"
+            else:
+                name = repr(key)
+            if len(_KEY_NAMES) < 4096:
+                _KEY_NAMES[key] = name
+        return name
     return repr(key)
+
+
+_KEY_NAMES: dict[bytes, str] = {}
 
 
 class _ScriptSpelling:
@@ -573,7 +623,11 @@ SCRIPT_SPELLING = _ScriptSpelling()
 
 def _named(text: str) -> str:
     """``text`` with the kit's keys written as ``K[i]``."""
-    return re.sub(r"b'blk(\d\d)\\x00\\x00\\x00\\x0[01]'", lambda m: f"K[{int(m[1])}]", text)
+    return re.sub(
+        r"b'blk(\d\d)\\x00\\x00\\x00\\x0([01])'",
+        lambda m: f"K[{2 * int(m[1]) + int(m[2])}]",
+        text,
+    )
 
 
 def _keys(keys: Sequence[object]) -> str:
@@ -707,7 +761,7 @@ def render_script(
         *SCRIPT_HELPERS.rstrip("\n").split("\n"),
         "",
         "",
-        f"K = [make_offload_key(b'blk%02d' % i, i % 2) for i in range({num_keys})]",
+        f"K = [make_offload_key(b'blk%02d' % (i // 2), i % 2) for i in range({num_keys})]",
         f"m = factory({num_blocks})",
     ]
     body = [line for _, line in trace]

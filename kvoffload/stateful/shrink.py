@@ -39,9 +39,14 @@ def failure_kind(error: BaseException) -> str:
     return f"crash:{type(error).__name__}"
 
 
+MAX_KEYS_SHRUNK = 64
+"""Calls with more keys (a probe's flood of a reuse filter's table) are
+kept whole."""
+
+
 def _smaller_ops(op: Operation) -> list[Operation]:
     """``op`` with one key fewer, each way (for key-list calls)."""
-    if not isinstance(op, KeyListOperation) or len(op.keys) <= 1:
+    if not isinstance(op, KeyListOperation) or not 1 < len(op.keys) <= MAX_KEYS_SHRUNK:
         return []
     return [
         attrs.evolve(op, keys=op.keys[:i] + op.keys[i + 1 :])
@@ -91,3 +96,16 @@ def shrink(
         else:
             index += 1
     return current
+
+
+def fewest_blocks(
+    config: KitConfig, num_blocks: int, ops: Sequence[Operation], kind: str
+) -> int:
+    """The fewest blocks (at most ``num_blocks``) with which ``ops`` still
+    fail with ``kind``: a smaller manager makes a shorter counterexample
+    (fewer calls to fill it)."""
+    for smaller in range(1, num_blocks):
+        _, error = replay(config, smaller, ops)
+        if error is not None and failure_kind(error) == kind:
+            return smaller
+    return num_blocks

@@ -93,8 +93,11 @@ class EngineProtocolChecker(Delegating):
     def complete_store(
         self, keys: Collection[OffloadKey], req_context: ReqContext, success: bool = True
     ) -> None:
-        self._check(req_context)
+        req_id = self._check(req_context)
         super().complete_store(keys, req_context, success)
+        # a completed store is no longer in flight, even if another request
+        # stores the same key again later
+        self.stores.get(req_id, set()).difference_update(keys)
 
     def prepare_load(self, keys: Collection[OffloadKey], req_context: ReqContext) -> LoadStoreSpec:
         req_id = self._check(req_context)
