@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from mypy_extensions import mypyc_attr
 
+
+@mypyc_attr(allow_interpreted_subclasses=True)
 class BlockStatus:
     """Offloading status of one block.
 

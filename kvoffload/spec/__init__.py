@@ -1,5 +1,8 @@
 """The contract and the formal model: pure, immutable, no torch."""
 
+import importlib
+from typing import TYPE_CHECKING
+
 from kvoffload.spec.contract import (
     InspectableManager,
     InspectablePolicy,
@@ -50,25 +53,43 @@ __all__ = [
     "validate_offload_key",
 ]
 
-# The formal model (issue 3): lifecycle diagram, manager/policy/filter models,
-# invariants.
-from kvoffload.spec.invariants import Step, Violation, check_state, check_step
-from kvoffload.spec.lifecycle import render_mermaid
-from kvoffload.spec.model import ManagerModel, SpecViolation, StoreResult
-from kvoffload.spec.policies import AnyPolicyModel, ARCModel, LRUModel
-from kvoffload.spec.reuse import ReuseFilterModel
+# The formal model: lifecycle diagram, manager/policy/filter models,
+# invariants. Imported on first use, so that importing the production managers
+# (which need only the contract above) does not execute the models.
+_LAZY = {
+    "ARCModel": "kvoffload.spec.policies",
+    "AnyPolicyModel": "kvoffload.spec.policies",
+    "LRUModel": "kvoffload.spec.policies",
+    "ManagerModel": "kvoffload.spec.model",
+    "ReuseFilterModel": "kvoffload.spec.reuse",
+    "SpecViolation": "kvoffload.spec.model",
+    "Step": "kvoffload.spec.invariants",
+    "StoreResult": "kvoffload.spec.model",
+    "Violation": "kvoffload.spec.invariants",
+    "check_state": "kvoffload.spec.invariants",
+    "check_step": "kvoffload.spec.invariants",
+    "render_mermaid": "kvoffload.spec.lifecycle",
+}
 
-__all__ += [
-    "ARCModel",
-    "AnyPolicyModel",
-    "LRUModel",
-    "ManagerModel",
-    "ReuseFilterModel",
-    "SpecViolation",
-    "Step",
-    "StoreResult",
-    "Violation",
-    "check_state",
-    "check_step",
-    "render_mermaid",
-]
+if TYPE_CHECKING:
+    from kvoffload.spec.invariants import Step, Violation, check_state, check_step
+    from kvoffload.spec.lifecycle import render_mermaid
+    from kvoffload.spec.model import ManagerModel, SpecViolation, StoreResult
+    from kvoffload.spec.policies import AnyPolicyModel, ARCModel, LRUModel
+    from kvoffload.spec.reuse import ReuseFilterModel
+
+
+def __getattr__(name: str) -> object:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
+
+
+__all__ += sorted(_LAZY)

@@ -53,7 +53,7 @@ import attrs
 
 from kvoffload.spec.contract import OffloadingEvent
 from kvoffload.spec.errors import ConfigurationError
-from kvoffload.spec.keys import OffloadKey, validate_offload_key
+from kvoffload.spec.keys import OffloadKey, validate_offload_key, validate_offload_keys
 from kvoffload.spec.lifecycle import (
     ABSENT,
     PENDING,
@@ -369,12 +369,13 @@ class ManagerModel:
 
     def lookup(self, key: OffloadKey) -> tuple[ManagerModel, bool]:
         """True iff ``key`` is READY or LOADING."""
+        validate_offload_key(key)
         return self, self.phase(key).readable
 
     def lookup_prefix(self, keys: Iterable[OffloadKey]) -> tuple[ManagerModel, int]:
         """Length of the longest prefix of READY/LOADING keys."""
         hits = 0
-        for key in keys:
+        for key in validate_offload_keys(keys):
             if not self.phase(key).readable:
                 break
             hits += 1
@@ -395,7 +396,7 @@ class ManagerModel:
         ``need = |new| - free`` eligible victims exist. ``victims``/``slots``:
         the implementation's choices, checked (:class:`SpecViolation`).
         """
-        offered = dedup(validate_offload_key(k) for k in keys)
+        offered = dedup(validate_offload_keys(keys))
         given_slots = None if slots is None else tuple(slots)
         new = self.new_keys(offered)
         if not new:
@@ -475,6 +476,7 @@ class ManagerModel:
         Raises :class:`IllegalTransitionError` for the first ABSENT key.
         """
         call = Call.COMPLETE_STORE_OK if success else Call.COMPLETE_STORE_FAILED
+        keys = validate_offload_keys(keys)
         targets = {key: apply_call(key, self.phase(key), call)[0] for key in dedup(keys)}
         changed = tuple(k for k, phase in targets.items() if phase != self.phase(k))
         if success:
@@ -504,6 +506,7 @@ class ManagerModel:
         LOADING(n) → LOADING(n+1)); the result names the keys' slots in call
         order. Raises :class:`IllegalTransitionError` for the first key that
         is not READY or LOADING."""
+        keys = validate_offload_keys(keys)
         blocks = self._count_loads(keys, Call.PREPARE_LOAD)
         return attrs.evolve(self, blocks=blocks), tuple(self.blocks[k].slot for k in keys)
 
@@ -511,10 +514,12 @@ class ManagerModel:
         """Each occurrence of a key removes one load (LOADING(1) → READY).
         Raises :class:`IllegalTransitionError` at the first occurrence that
         finds no load in flight, naming the phase found there."""
+        keys = validate_offload_keys(keys)
         return attrs.evolve(self, blocks=self._count_loads(keys, Call.COMPLETE_LOAD)), None
 
     def touch(self, keys: Sequence[OffloadKey]) -> tuple[ManagerModel, None]:
         """Recency only (see the policy); unknown keys are ignored."""
+        keys = validate_offload_keys(keys)
         pending = frozenset(k for k, b in self.blocks.items() if b.phase == PENDING)
         return attrs.evolve(self, policy=self.policy.touched(tuple(keys), pending)), None
 

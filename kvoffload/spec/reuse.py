@@ -32,7 +32,7 @@ import attrs
 
 from kvoffload.spec.contract import OffloadingEvent
 from kvoffload.spec.errors import ConfigurationError
-from kvoffload.spec.keys import OffloadKey, validate_offload_key
+from kvoffload.spec.keys import OffloadKey, validate_offload_key, validate_offload_keys
 from kvoffload.spec.model import (
     ManagerModel,
     Operation,
@@ -102,11 +102,13 @@ class ReuseFilterModel:
     # --- calls --------------------------------------------------------------
 
     def lookup(self, key: OffloadKey) -> tuple[ReuseFilterModel, bool]:
+        validate_offload_key(key)
         return attrs.evolve(self, counts=self._recorded((key,))), self.backing.lookup(key)[1]
 
     def lookup_prefix(
         self, keys: Sequence[OffloadKey]
     ) -> tuple[ReuseFilterModel, int]:
+        keys = validate_offload_keys(keys)
         recorded = attrs.evolve(self, counts=self._recorded(keys))
         return recorded, self.backing.lookup_prefix(keys)[1]
 
@@ -117,7 +119,7 @@ class ReuseFilterModel:
         victims: Sequence[OffloadKey] | None = None,
         slots: Iterable[SupportsIndex] | None = None,
     ) -> tuple[ReuseFilterModel, StoreResult | None]:
-        checked = tuple(validate_offload_key(k) for k in keys)
+        checked = tuple(validate_offload_keys(keys))
         backing, result = self.backing.prepare_store(
             self.eligible(checked), victims=victims, slots=slots
         )
