@@ -8,10 +8,11 @@ from kvoffload.impl.manager import CPUOffloadingManager
 from kvoffload.impl.reuse import FilterReusedOffloadingManager
 from kvoffload.spec.contract import OffloadingManager, ReqContext
 from kvoffload.spec.keys import OffloadKey, make_offload_key
+from kvoffload.spec.policies import IMPLEMENTABLE_POLICY_NAMES
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--policy", choices=("lru", "arc"), default="lru")
+    parser.add_argument("--policy", choices=IMPLEMENTABLE_POLICY_NAMES, default="lru")
     parser.add_argument("--num-blocks", type=int, default=4)
     parser.add_argument(
         "--store-threshold",

@@ -46,9 +46,10 @@ from kvoffload.impl.manager import CPUOffloadingManager
 from kvoffload.spec.contract import ReqContext
 from kvoffload.spec.errors import ConfigurationError, OffloadingError
 from kvoffload.spec.keys import OffloadKey, make_offload_key
+from kvoffload.spec.policies import IMPLEMENTABLE_POLICY_NAMES
 from kvoffload.workloads import WORKLOADS, generate_trace
 
-POLICIES = ("lru", "arc")
+POLICIES = IMPLEMENTABLE_POLICY_NAMES
 
 
 class VllmUnavailableError(OffloadingError):

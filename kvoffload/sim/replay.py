@@ -29,10 +29,12 @@ from kvoffload.sim.result import SimResult
 from kvoffload.spec.contract import OffloadingManager, ReqContext
 from kvoffload.spec.errors import ConfigurationError
 from kvoffload.spec.keys import OffloadKey
+from kvoffload.spec.policies import IMPLEMENTABLE_POLICY_NAMES
 from kvoffload.workloads import Trace
 
-MANAGER_POLICIES = ("lru", "arc")
-"""Policies replayed through :class:`CPUOffloadingManager`."""
+MANAGER_POLICIES = IMPLEMENTABLE_POLICY_NAMES
+"""Policies replayed through :class:`CPUOffloadingManager` (the
+specification's registry)."""
 
 DEFAULT_TRACKER_SIZE = 64_000
 """The reuse filter's default table size (as in the reference)."""

@@ -59,6 +59,8 @@ __all__ = [
 _LAZY = {
     "ARCModel": "kvoffload.spec.policies",
     "AnyPolicyModel": "kvoffload.spec.policies",
+    "Invariant": "kvoffload.spec.invariants",
+    "POLICY_NAMES": "kvoffload.spec.policies",
     "LRUModel": "kvoffload.spec.policies",
     "ManagerModel": "kvoffload.spec.model",
     "ReuseFilterModel": "kvoffload.spec.reuse",
@@ -72,10 +74,10 @@ _LAZY = {
 }
 
 if TYPE_CHECKING:
-    from kvoffload.spec.invariants import Step, Violation, check_state, check_step
+    from kvoffload.spec.invariants import Invariant, Step, Violation, check_state, check_step
     from kvoffload.spec.lifecycle import render_mermaid
     from kvoffload.spec.model import ManagerModel, SpecViolation, StoreResult
-    from kvoffload.spec.policies import AnyPolicyModel, ARCModel, LRUModel
+    from kvoffload.spec.policies import POLICY_NAMES, AnyPolicyModel, ARCModel, LRUModel
     from kvoffload.spec.reuse import ReuseFilterModel
 
 

@@ -1,4 +1,4 @@
-"""DESIGN.md's invariants 1–7 as named predicates over model states and steps.
+"""The specification's invariants (docs/SPEC.md §5) as predicates over model states and steps.
 
 Each predicate returns ``None`` when the invariant holds, else a
 :class:`Violation` saying which invariant, which key (where one is to blame)
@@ -29,7 +29,9 @@ predicate                  kind   invariant
 =========================  =====  ==========================================
 
 :func:`check_state` and :func:`check_step` run them all (``check_step`` also
-checks the state after).
+checks the state after). Every predicate reports one member of
+:class:`~kvoffload.spec.violations.Invariant` (re-exported here), the one
+set of names the models, the kit, the tests and the docs use.
 """
 
 from __future__ import annotations
@@ -40,10 +42,10 @@ from typing import Union
 
 import attrs
 
+from kvoffload.spec.errors import OffloadingError
 from kvoffload.spec.keys import OffloadKey
 from kvoffload.spec.lifecycle import Call, Phase, PhaseKind, apply as apply_call
 from kvoffload.spec.model import (
-    CompleteLoad,
     CompleteStore,
     ManagerModel,
     Operation,
@@ -53,29 +55,13 @@ from kvoffload.spec.model import (
     Result,
     StoreResult,
     TakeEvents,
-    Touch,
     dedup,
 )
-from kvoffload.spec.errors import OffloadingError
-from kvoffload.spec.policies import ARCModel
 from kvoffload.spec.reuse import ReuseFilterModel
+from kvoffload.spec.violations import Invariant, Violation
 
 State = Union[ManagerModel, ReuseFilterModel]
 """A state the invariants are stated over."""
-
-
-@attrs.frozen
-class Violation:
-    """An invariant that does not hold: its name, the key to blame (if one
-    is) and a readable reason."""
-
-    invariant: str
-    reason: str
-    key: bytes | None = None
-
-    def __str__(self) -> str:
-        blame = f" (key {self.key!r})" if self.key is not None else ""
-        return f"invariant {self.invariant}{blame}: {self.reason}"
 
 
 @attrs.frozen
@@ -91,13 +77,13 @@ class Step:
 
 def manager_of(state: State) -> ManagerModel:
     """The manager model inside ``state`` (the backing one of a filter)."""
-    return state.backing if isinstance(state, ReuseFilterModel) else state
+    return state.core
 
 
 def passed_keys(state: State, keys: tuple[OffloadKey, ...]) -> tuple[OffloadKey, ...]:
     """The keys a ``prepare_store(keys)`` on ``state`` offers the manager:
     all of them, or those the reuse filter lets through."""
-    return state.eligible(keys) if isinstance(state, ReuseFilterModel) else keys
+    return state.passed_keys(keys)
 
 
 # --- state invariants -------------------------------------------------------
@@ -108,7 +94,7 @@ def well_formed(state: State) -> Violation | None:
     keys, ARC's lists are disjoint and its ghosts untracked and bounded,
     ``0 <= target <= capacity``; a filter's table is bounded with positive
     counts."""
-    name = "0 well-formed"
+    name = Invariant.WELL_FORMED
     model = manager_of(state)
     for key, block in model.blocks.items():
         if block.phase.kind is PhaseKind.ABSENT:
@@ -121,18 +107,9 @@ def well_formed(state: State) -> Violation | None:
             name,
             f"policy orders {sorted(resident)!r}, tracked keys are {sorted(model.blocks)!r}",
         )
-    policy = model.policy
-    if isinstance(policy, ARCModel):
-        lists = policy.t1 + policy.t2 + policy.b1 + policy.b2
-        if len(set(lists)) != len(lists):
-            return Violation(name, "ARC's T1, T2, B1, B2 overlap or repeat a key")
-        for ghost in policy.b1 + policy.b2:
-            if ghost in model.blocks:
-                return Violation(name, "a ghost key is tracked", ghost)
-        if max(len(policy.b1), len(policy.b2)) > policy.capacity:
-            return Violation(name, "a ghost list is longer than the capacity")
-        if not 0.0 <= policy.target <= policy.capacity:
-            return Violation(name, f"ARC target {policy.target} outside [0, capacity]")
+    problem = model.policy.problems(frozenset(model.blocks))
+    if problem is not None:
+        return Violation(name, problem)
     if isinstance(state, ReuseFilterModel):
         keys = [k for k, _ in state.counts]
         if len(keys) > state.max_tracker_size or len(set(keys)) != len(keys):
@@ -145,7 +122,7 @@ def well_formed(state: State) -> Violation | None:
 def capacity(state: State) -> Violation | None:
     """1: at most ``num_blocks`` keys tracked; their slots distinct and in
     ``[0, num_blocks)``; the free pool is exactly the other slots."""
-    name = "1 capacity"
+    name = Invariant.CAPACITY
     model = manager_of(state)
     if len(model.blocks) > model.num_blocks:
         return Violation(name, f"{len(model.blocks)} keys tracked in {model.num_blocks} slots")
@@ -170,7 +147,7 @@ def events_consistent(state: State) -> Violation | None:
     stored; a consumer that applied the taken events and then the queued
     ones holds exactly the readable keys. (Vacuous with events disabled,
     where the queue must stay empty.)"""
-    name = "6 events"
+    name = Invariant.EVENTS
     model = manager_of(state)
     if not model.enable_events:
         if model.events or model.consumer_view:
@@ -201,34 +178,11 @@ def events_consistent(state: State) -> Violation | None:
 def table_calls(step: Step, key: OffloadKey) -> list[Call]:
     """The lifecycle-table calls ``step`` makes on ``key``, in order: what
     :func:`follows_table` replays, and what a coverage count tallies."""
-    op, result = step.op, step.result
-    if isinstance(op, PrepareStore):
-        if not isinstance(result, StoreResult):
-            return []
-        if key in result.keys_to_store:
-            return [Call.PREPARE_STORE]
-        if key in result.evicted:
-            return [Call.EVICT]
-        offered = passed_keys(step.before, op.keys)
-        if key in offered and key in manager_of(step.before).blocks:
-            return [Call.PREPARE_STORE]
-        return []
-    if isinstance(op, CompleteStore) and key in op.keys:
-        return [Call.COMPLETE_STORE_OK if op.success else Call.COMPLETE_STORE_FAILED]
-    if isinstance(op, PrepareLoad):
-        return [Call.PREPARE_LOAD] * op.keys.count(key)
-    if isinstance(op, CompleteLoad):
-        return [Call.COMPLETE_LOAD] * op.keys.count(key)
-    if isinstance(op, Touch) and key in op.keys:
-        return [Call.TOUCH]
-    if isinstance(op, ResetCache):
-        return [Call.RESET]
-    return []
+    return step.op.table_calls(step.before, step.result, key)
 
 
 def _mentioned(op: Operation) -> frozenset[OffloadKey]:
-    keys = getattr(op, "keys", ())
-    return frozenset(OffloadKey(k) for k in keys if isinstance(k, bytes))
+    return frozenset(OffloadKey(k) for k in op.keys_mentioned if isinstance(k, bytes))
 
 
 def follows_table(step: Step) -> Violation | None:
@@ -241,10 +195,10 @@ def follows_table(step: Step) -> Violation | None:
             for call in table_calls(step, key):
                 phase = apply_call(key, phase, call)[0]
         except OffloadingError as error:
-            return Violation("0 lifecycle", f"the step made an illegal call: {error}", key)
+            return Violation(Invariant.LIFECYCLE, f"the step made an illegal call: {error}", key)
         if phase != after.phase(key):
             return Violation(
-                "0 lifecycle",
+                Invariant.LIFECYCLE,
                 f"went {before.phase(key)} -> {after.phase(key)}, the table says {phase}",
                 key,
             )
@@ -254,7 +208,7 @@ def follows_table(step: Step) -> Violation | None:
 def only_ready_evicted(step: Step) -> Violation | None:
     """2: a key leaves the cache only as a READY victim of ``prepare_store``,
     a PENDING key of a failed ``complete_store``, or by ``reset_cache``."""
-    name = "2 eviction safety"
+    name = Invariant.EVICTION_SAFETY
     before, after = manager_of(step.before), manager_of(step.after)
     op, result = step.op, step.result
     if isinstance(result, StoreResult):
@@ -277,7 +231,7 @@ def offered_not_evicted(step: Step) -> Violation | None:
     """3: no key offered to ``prepare_store`` (to the filter, if there is
     one) is evicted by it; offered keys already tracked keep phase and
     slot."""
-    name = "3 protection"
+    name = Invariant.PROTECTION
     op, result = step.op, step.result
     if not isinstance(op, PrepareStore) or not isinstance(result, StoreResult):
         return None
@@ -294,7 +248,7 @@ def atomic_refusal(step: Step) -> Violation | None:
     """4: ``prepare_store`` answering ``None`` leaves the whole state —
     phases, slots, recency, ghosts, target, counts, events — identical."""
     if isinstance(step.op, PrepareStore) and step.result is None and step.after != step.before:
-        return Violation("4 atomicity", "prepare_store returned None but changed the state")
+        return Violation(Invariant.ATOMICITY, "prepare_store returned None but changed the state")
     return None
 
 
@@ -302,7 +256,7 @@ def liveness(step: Step) -> Violation | None:
     """5: ``prepare_store`` answers ``None`` only when the new keys outnumber
     free slots plus READY keys outside the offered set; when it succeeds it
     evicts exactly ``max(0, new - free)`` keys."""
-    name = "5 liveness"
+    name = Invariant.LIVENESS
     op, result = step.op, step.result
     if not isinstance(op, PrepareStore):
         return None
@@ -329,7 +283,7 @@ def events_taken(step: Step) -> Violation | None:
     """6 (step): ``take_events`` returns the queue, oldest first, and empties
     it; every other call leaves queued events in place, appending at most
     one event of its own."""
-    name = "6 events"
+    name = Invariant.EVENTS
     before, after = manager_of(step.before), manager_of(step.after)
     if isinstance(step.op, TakeEvents):
         if step.result != before.events or after.events:
@@ -346,7 +300,7 @@ def store_spec(step: Step) -> Violation | None:
     """7: ``prepare_store``'s slots are those allocated to ``keys_to_store``
     (the new offered keys, offer order), in that order; ``prepare_load``'s
     are the slots of its keys, in call order."""
-    name = "7 store spec"
+    name = Invariant.STORE_SPEC
     op, result = step.op, step.result
     before, after = manager_of(step.before), manager_of(step.after)
     if isinstance(op, PrepareStore) and isinstance(result, StoreResult):
@@ -368,27 +322,27 @@ def store_spec(step: Step) -> Violation | None:
 StatePredicate = Callable[[State], Union[Violation, None]]
 StepPredicate = Callable[[Step], Union[Violation, None]]
 
-STATE_INVARIANTS: Mapping[str, StatePredicate] = MappingProxyType(
+STATE_INVARIANTS: Mapping[Invariant, StatePredicate] = MappingProxyType(
     {
-        "0 well-formed": well_formed,
-        "1 capacity": capacity,
-        "6 events": events_consistent,
+        Invariant.WELL_FORMED: well_formed,
+        Invariant.CAPACITY: capacity,
+        Invariant.EVENTS: events_consistent,
     }
 )
-"""Every state invariant, by name."""
+"""Every state invariant: the rule and its predicate."""
 
-STEP_INVARIANTS: Mapping[str, StepPredicate] = MappingProxyType(
+STEP_INVARIANTS: Mapping[Invariant, StepPredicate] = MappingProxyType(
     {
-        "0 lifecycle": follows_table,
-        "2 eviction safety": only_ready_evicted,
-        "3 protection": offered_not_evicted,
-        "4 atomicity": atomic_refusal,
-        "5 liveness": liveness,
-        "6 events (step)": events_taken,
-        "7 store spec": store_spec,
+        Invariant.LIFECYCLE: follows_table,
+        Invariant.EVICTION_SAFETY: only_ready_evicted,
+        Invariant.PROTECTION: offered_not_evicted,
+        Invariant.ATOMICITY: atomic_refusal,
+        Invariant.LIVENESS: liveness,
+        Invariant.EVENTS: events_taken,
+        Invariant.STORE_SPEC: store_spec,
     }
 )
-"""Every step invariant, by name."""
+"""Every step invariant: the rule and its predicate."""
 
 
 def check_state(state: State) -> tuple[Violation, ...]:
@@ -404,6 +358,7 @@ def check_step(step: Step) -> tuple[Violation, ...]:
 
 
 __all__ = [
+    "Invariant",
     "STATE_INVARIANTS",
     "STEP_INVARIANTS",
     "State",

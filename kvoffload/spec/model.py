@@ -45,9 +45,11 @@ every event already taken (invariant 6).
 
 from __future__ import annotations
 
+import abc
+import enum
 import operator
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Protocol, SupportsIndex, TypeVar, Union
+from typing import Any, ClassVar, Protocol, SupportsIndex, TypeVar, Union
 
 import attrs
 
@@ -62,6 +64,7 @@ from kvoffload.spec.lifecycle import (
     apply as apply_call,
 )
 from kvoffload.spec.policies import PolicyModel, make_policy
+from kvoffload.spec.violations import Invariant, SpecViolation
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -109,20 +112,6 @@ class FrozenMap(Mapping[K, V]):
         return FrozenMap((k, v) for k, v in self._items.items() if k not in gone)
 
 
-class SpecViolation(Exception):
-    """An implementation's choice that the specification forbids.
-
-    Raised by :meth:`ManagerModel.prepare_store` when the ``victims`` or
-    ``slots`` handed in (the implementation's) are not allowed. ``invariant``
-    names the rule broken (e.g. ``"5 liveness"``), ``reason`` says how.
-    """
-
-    def __init__(self, invariant: str, reason: str) -> None:
-        super().__init__(f"invariant {invariant}: {reason}")
-        self.invariant = invariant
-        self.reason = reason
-
-
 @attrs.frozen
 class Block:
     """A tracked key's phase and slot."""
@@ -141,103 +130,12 @@ class StoreResult:
     evicted: tuple[OffloadKey, ...]
 
 
-# --- operations: one value per call, for ManagerModel.apply -----------------
-
-
-@attrs.frozen
-class Lookup:
-    key: OffloadKey
-
-
-@attrs.frozen
-class LookupPrefix:
-    keys: tuple[OffloadKey, ...]
-
-
-@attrs.frozen
-class PrepareStore:
-    keys: tuple[OffloadKey, ...]
-    victims: tuple[OffloadKey, ...] | None = None
-    slots: tuple[int, ...] | None = None
-
-
-@attrs.frozen
-class CompleteStore:
-    keys: tuple[OffloadKey, ...]
-    success: bool = True
-
-
-@attrs.frozen
-class PrepareLoad:
-    keys: tuple[OffloadKey, ...]
-
-
-@attrs.frozen
-class CompleteLoad:
-    keys: tuple[OffloadKey, ...]
-
-
-@attrs.frozen
-class Touch:
-    keys: tuple[OffloadKey, ...]
-
-
-@attrs.frozen
-class ResetCache:
-    pass
-
-
-@attrs.frozen
-class TakeEvents:
-    pass
-
-
-@attrs.frozen
-class RequestHook:
-    """``on_new_request``, ``on_request_finished``, ``on_schedule_end`` or
-    ``shutdown``: none changes anything."""
-
-    name: str
-
-
-Operation = Union[
-    Lookup,
-    LookupPrefix,
-    PrepareStore,
-    CompleteStore,
-    PrepareLoad,
-    CompleteLoad,
-    Touch,
-    ResetCache,
-    TakeEvents,
-    RequestHook,
-]
-"""One manager call with its arguments."""
-
-Result = Union[bool, int, StoreResult, tuple[int, ...], tuple[OffloadingEvent, ...], None]
-"""What a call returns (see the module docstring)."""
-
-
-def dedup(keys: Iterable[OffloadKey]) -> tuple[OffloadKey, ...]:
-    """``keys`` without repeats, in first-occurrence order."""
-    return tuple(dict.fromkeys(keys))
-
-
-def apply_events(
-    view: frozenset[OffloadKey], events: Iterable[OffloadingEvent]
-) -> frozenset[OffloadKey]:
-    """What a consumer holding ``view`` holds after applying ``events``."""
-    for event in events:
-        view = view - frozenset(event.keys) if event.removed else view | frozenset(event.keys)
-    return view
-
-
 M = TypeVar("M", bound="CallableModel")
 
 
 class CallableModel(Protocol):
     """A model with one pure method per manager call (``ManagerModel``,
-    ``ReuseFilterModel``): what :func:`dispatch` needs."""
+    ``ReuseFilterModel``): what an :class:`Operation` applies itself to."""
 
     def lookup(self: M, key: OffloadKey) -> tuple[M, bool]: ...
     def lookup_prefix(self: M, keys: Sequence[OffloadKey]) -> tuple[M, int]: ...
@@ -259,27 +157,297 @@ class CallableModel(Protocol):
     def request_hook(self: M, name: str) -> tuple[M, None]: ...
 
 
-def dispatch(model: M, op: Operation) -> tuple[M, Result]:
-    """Perform on ``model`` the call ``op`` describes."""
-    if isinstance(op, Lookup):
-        return model.lookup(op.key)
-    if isinstance(op, LookupPrefix):
-        return model.lookup_prefix(op.keys)
-    if isinstance(op, PrepareStore):
-        return model.prepare_store(op.keys, victims=op.victims, slots=op.slots)
-    if isinstance(op, CompleteStore):
-        return model.complete_store(op.keys, op.success)
-    if isinstance(op, PrepareLoad):
-        return model.prepare_load(op.keys)
-    if isinstance(op, CompleteLoad):
-        return model.complete_load(op.keys)
-    if isinstance(op, Touch):
-        return model.touch(op.keys)
-    if isinstance(op, ResetCache):
+
+# --- operations: one value per call -----------------------------------------
+#
+# Each call of the contract is one Operation class, and that class is the only
+# place that knows the call: how it applies to a model (``apply_to``), how it
+# is made on a manager (``call``), how a replay script writes it (``render``),
+# which lifecycle-table calls it makes on a key (``table_calls``) and what kind
+# of answer it returns (``answer``). Adding a call means adding one class.
+
+
+class Answer(enum.Enum):
+    """What kind of value a call returns, i.e. how a kit compares it."""
+
+    NOTHING = "nothing"
+    LOOKUP = "lookup"
+    PREFIX = "prefix"
+    STORE = "store"
+    LOAD_SPEC = "load spec"
+    EVENTS = "events"
+
+
+class Spelling(Protocol):
+    """How a replay script writes keys and request contexts."""
+
+    def key(self, key: object) -> str: ...
+    def ctx(self, request: int) -> str: ...
+
+
+def _keys_text(spelling: Spelling, keys: Iterable[object]) -> str:
+    return "[" + ", ".join(spelling.key(k) for k in keys) + "]"
+
+
+class Operation(abc.ABC):
+    """One manager call with its arguments (see the comment above)."""
+
+    __slots__ = ()
+
+    #: The manager method this operation calls.
+    method: ClassVar[str]
+    #: The kind of value the call returns.
+    answer: ClassVar[Answer] = Answer.NOTHING
+
+    @property
+    def keys_mentioned(self) -> tuple[OffloadKey, ...]:
+        """The keys named in the call (for checks that look at each)."""
+        return ()
+
+    @abc.abstractmethod
+    def apply_to(self, model: M) -> tuple[M, Result]:
+        """Perform this call on ``model``: the new model and the result."""
+
+    @abc.abstractmethod
+    def call(self, manager: Any, ctx: Any) -> object:
+        """Make this call on ``manager`` with request context ``ctx``."""
+
+    @abc.abstractmethod
+    def render(self, spelling: Spelling) -> str:
+        """This call as a line of a replay script (manager ``m``)."""
+
+    def table_calls(self, before: Any, result: Result, key: OffloadKey) -> list[Call]:
+        """The lifecycle-table calls this call makes on ``key``, in order,
+        given the state ``before`` it and its ``result``."""
+        return []
+
+
+@attrs.frozen
+class KeyListOperation(Operation):
+    """A call that takes a list of keys (the kit shrinks such lists)."""
+
+    keys: tuple[OffloadKey, ...]
+
+    @property
+    def keys_mentioned(self) -> tuple[OffloadKey, ...]:
+        return self.keys
+
+
+@attrs.frozen
+class Lookup(Operation):
+    key: OffloadKey
+
+    method = "lookup"
+    answer = Answer.LOOKUP
+
+    @property
+    def keys_mentioned(self) -> tuple[OffloadKey, ...]:
+        return (self.key,)
+
+    def apply_to(self, model: M) -> tuple[M, Result]:
+        return model.lookup(self.key)
+
+    def call(self, manager: Any, ctx: Any) -> object:
+        return manager.lookup(self.key, ctx)
+
+    def render(self, spelling: Spelling) -> str:
+        return f"m.lookup({spelling.key(self.key)}, {spelling.ctx(0)})"
+
+
+@attrs.frozen
+class LookupPrefix(KeyListOperation):
+    method = "lookup_prefix"
+    answer = Answer.PREFIX
+
+    def apply_to(self, model: M) -> tuple[M, Result]:
+        return model.lookup_prefix(self.keys)
+
+    def call(self, manager: Any, ctx: Any) -> object:
+        return manager.lookup_prefix(self.keys, ctx)
+
+    def render(self, spelling: Spelling) -> str:
+        return f"m.lookup_prefix({_keys_text(spelling, self.keys)}, {spelling.ctx(0)})"
+
+
+@attrs.frozen
+class PrepareStore(KeyListOperation):
+    """``prepare_store``; ``victims``/``slots``: the implementation's choices
+    for the model to check (None: the model chooses)."""
+
+    victims: tuple[OffloadKey, ...] | None = None
+    slots: tuple[int, ...] | None = None
+
+    method = "prepare_store"
+    answer = Answer.STORE
+
+    def apply_to(self, model: M) -> tuple[M, Result]:
+        return model.prepare_store(self.keys, victims=self.victims, slots=self.slots)
+
+    def call(self, manager: Any, ctx: Any) -> object:
+        return manager.prepare_store(list(self.keys), ctx)
+
+    def render(self, spelling: Spelling) -> str:
+        return f"m.prepare_store({_keys_text(spelling, self.keys)}, {spelling.ctx(0)})"
+
+    def table_calls(self, before: Any, result: Result, key: OffloadKey) -> list[Call]:
+        if not isinstance(result, StoreResult):
+            return []
+        if key in result.keys_to_store:
+            return [Call.PREPARE_STORE]
+        if key in result.evicted:
+            return [Call.EVICT]
+        if key in before.passed_keys(self.keys) and key in before.core.blocks:
+            return [Call.PREPARE_STORE]
+        return []
+
+
+@attrs.frozen
+class CompleteStore(KeyListOperation):
+    success: bool = True
+
+    method = "complete_store"
+
+    def apply_to(self, model: M) -> tuple[M, Result]:
+        return model.complete_store(self.keys, self.success)
+
+    def call(self, manager: Any, ctx: Any) -> object:
+        return manager.complete_store(list(self.keys), ctx, self.success)
+
+    def render(self, spelling: Spelling) -> str:
+        return (
+            f"m.complete_store({_keys_text(spelling, self.keys)}, {spelling.ctx(0)}, "
+            f"success={self.success})"
+        )
+
+    def table_calls(self, before: Any, result: Result, key: OffloadKey) -> list[Call]:
+        if key not in self.keys:
+            return []
+        return [Call.COMPLETE_STORE_OK if self.success else Call.COMPLETE_STORE_FAILED]
+
+
+@attrs.frozen
+class PrepareLoad(KeyListOperation):
+    method = "prepare_load"
+    answer = Answer.LOAD_SPEC
+
+    def apply_to(self, model: M) -> tuple[M, Result]:
+        return model.prepare_load(self.keys)
+
+    def call(self, manager: Any, ctx: Any) -> object:
+        return manager.prepare_load(list(self.keys), ctx)
+
+    def render(self, spelling: Spelling) -> str:
+        return f"m.prepare_load({_keys_text(spelling, self.keys)}, {spelling.ctx(0)})"
+
+    def table_calls(self, before: Any, result: Result, key: OffloadKey) -> list[Call]:
+        return [Call.PREPARE_LOAD] * self.keys.count(key)
+
+
+@attrs.frozen
+class CompleteLoad(KeyListOperation):
+    method = "complete_load"
+
+    def apply_to(self, model: M) -> tuple[M, Result]:
+        return model.complete_load(self.keys)
+
+    def call(self, manager: Any, ctx: Any) -> object:
+        return manager.complete_load(list(self.keys), ctx)
+
+    def render(self, spelling: Spelling) -> str:
+        return f"m.complete_load({_keys_text(spelling, self.keys)}, {spelling.ctx(0)})"
+
+    def table_calls(self, before: Any, result: Result, key: OffloadKey) -> list[Call]:
+        return [Call.COMPLETE_LOAD] * self.keys.count(key)
+
+
+@attrs.frozen
+class Touch(KeyListOperation):
+    method = "touch"
+
+    def apply_to(self, model: M) -> tuple[M, Result]:
+        return model.touch(self.keys)
+
+    def call(self, manager: Any, ctx: Any) -> object:
+        return manager.touch(list(self.keys), ctx)
+
+    def render(self, spelling: Spelling) -> str:
+        return f"m.touch({_keys_text(spelling, self.keys)}, {spelling.ctx(0)})"
+
+    def table_calls(self, before: Any, result: Result, key: OffloadKey) -> list[Call]:
+        return [Call.TOUCH] if key in self.keys else []
+
+
+@attrs.frozen
+class ResetCache(Operation):
+    method = "reset_cache"
+
+    def apply_to(self, model: M) -> tuple[M, Result]:
         return model.reset_cache()
-    if isinstance(op, TakeEvents):
+
+    def call(self, manager: Any, ctx: Any) -> object:
+        return manager.reset_cache()
+
+    def render(self, spelling: Spelling) -> str:
+        return "m.reset_cache()"
+
+    def table_calls(self, before: Any, result: Result, key: OffloadKey) -> list[Call]:
+        return [Call.RESET]
+
+
+@attrs.frozen
+class TakeEvents(Operation):
+    method = "take_events"
+    answer = Answer.EVENTS
+
+    def apply_to(self, model: M) -> tuple[M, Result]:
         return model.take_events()
-    return model.request_hook(op.name)
+
+    def call(self, manager: Any, ctx: Any) -> object:
+        return list(manager.take_events())
+
+    def render(self, spelling: Spelling) -> str:
+        return "list(m.take_events())"
+
+
+@attrs.frozen
+class RequestHook(Operation):
+    """``on_new_request``, ``on_request_finished``, ``on_schedule_end`` or
+    ``shutdown``: none changes anything."""
+
+    name: str
+
+    method = "request_hook"
+
+    def apply_to(self, model: M) -> tuple[M, Result]:
+        return model.request_hook(self.name)
+
+    def call(self, manager: Any, ctx: Any) -> object:
+        if self.name in ("on_schedule_end", "shutdown"):
+            return getattr(manager, self.name)()
+        return getattr(manager, self.name)(ctx)
+
+    def render(self, spelling: Spelling) -> str:
+        if self.name in ("on_schedule_end", "shutdown"):
+            return f"m.{self.name}()"
+        return f"m.{self.name}({spelling.ctx(0)})"
+
+
+Result = Union[bool, int, StoreResult, tuple[int, ...], tuple[OffloadingEvent, ...], None]
+"""What a call returns (see the module docstring)."""
+
+
+def dedup(keys: Iterable[OffloadKey]) -> tuple[OffloadKey, ...]:
+    """``keys`` without repeats, in first-occurrence order."""
+    return tuple(dict.fromkeys(keys))
+
+
+def apply_events(
+    view: frozenset[OffloadKey], events: Iterable[OffloadingEvent]
+) -> frozenset[OffloadKey]:
+    """What a consumer holding ``view`` holds after applying ``events``."""
+    for event in events:
+        view = view - frozenset(event.keys) if event.removed else view | frozenset(event.keys)
+    return view
 
 
 def _fresh_slots(model: ManagerModel) -> tuple[int, ...]:
@@ -331,6 +499,15 @@ class ManagerModel:
         )
 
     # --- queries (pure, no result model) ---------------------------------
+
+    @property
+    def core(self) -> ManagerModel:
+        """The manager model itself (a reuse filter's is its backing)."""
+        return self
+
+    def passed_keys(self, keys: tuple[OffloadKey, ...]) -> tuple[OffloadKey, ...]:
+        """The keys a ``prepare_store(keys)`` offers the manager: all."""
+        return keys
 
     def phase(self, key: OffloadKey) -> Phase:
         """The phase of ``key`` (ABSENT if untracked)."""
@@ -402,7 +579,7 @@ class ManagerModel:
         if not new:
             if victims or given_slots:
                 raise SpecViolation(
-                    "7 store spec", "nothing to store, yet victims or slots were given"
+                    Invariant.STORE_SPEC, "nothing to store, yet victims or slots were given"
                 )
             return self, StoreResult((), (), ())
         need = len(new) - self.free_count()
@@ -417,11 +594,11 @@ class ManagerModel:
             else:
                 reason = self.policy.check_victims(victims, need, eligible)
                 if reason is not None:
-                    raise SpecViolation("2/3/5 eviction", reason)
+                    raise SpecViolation(Invariant.EVICTION, reason)
                 chosen = tuple(victims)
         elif victims:
             raise SpecViolation(
-                "5 liveness", f"free slots sufficed, yet {tuple(victims)!r} were evicted"
+                Invariant.LIVENESS, f"free slots sufficed, yet {tuple(victims)!r} were evicted"
             )
 
         blocks = self.blocks.without(chosen)
@@ -441,16 +618,16 @@ class ManagerModel:
             try:
                 taken = tuple(operator.index(s) for s in given_slots)
             except TypeError as error:
-                raise SpecViolation("7 store spec", f"slots {given_slots!r}: {error}") from None
+                raise SpecViolation(Invariant.STORE_SPEC, f"slots {given_slots!r}: {error}") from None
             pool = frozenset(fresh) | frozenset(free_list)
             if len(taken) != len(new) or len(set(taken)) != len(taken):
                 raise SpecViolation(
-                    "7 store spec",
+                    Invariant.STORE_SPEC,
                     f"{len(new)} distinct slots were needed, got {taken!r}",
                 )
             if not all(s in pool for s in taken):
                 raise SpecViolation(
-                    "1 capacity", f"slots {taken!r} are not all free (free: {sorted(pool)!r})"
+                    Invariant.CAPACITY, f"slots {taken!r} are not all free (free: {sorted(pool)!r})"
                 )
             fresh = tuple(s for s in fresh if s not in taken)
             free_list = tuple(s for s in free_list if s not in taken)
@@ -553,7 +730,7 @@ class ManagerModel:
 
     def apply(self, op: Operation) -> tuple[ManagerModel, Result]:
         """Perform the call ``op`` describes."""
-        return dispatch(self, op)
+        return op.apply_to(self)
 
     # --- helpers ----------------------------------------------------------
 
@@ -578,7 +755,11 @@ class ManagerModel:
 
 
 __all__ = [
+    "Answer",
     "Block",
+    "CallableModel",
+    "KeyListOperation",
+    "Spelling",
     "CompleteLoad",
     "CompleteStore",
     "FrozenMap",

@@ -23,11 +23,17 @@ recently used (the *MRU end*).
 - :class:`ARCModel`: T1, T2, ghost lists B1, B2 and the adaptive target.
 - :class:`AnyPolicyModel`: no state; accepts every legal victim set, for
   auditing backends whose policy is unknown.
+
+:data:`POLICY_REGISTRY` is the one list of policy names: the models, the
+production managers (``kvoffload.impl.make_cache_policy`` accepts exactly the
+``implementable`` ones), the conformance kit and the command line read it.
+Adding a policy means adding its model here and one registry entry.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
+from types import MappingProxyType
 from typing import Union
 
 import attrs
@@ -73,6 +79,17 @@ class LRUModel:
     def resident(self) -> frozenset[OffloadKey] | None:
         """The keys this policy orders (exactly the tracked keys)."""
         return frozenset(self.order)
+
+    def state_view(self) -> dict[str, object]:
+        """The state in :class:`~kvoffload.spec.contract.InspectablePolicy`'s
+        terms: ``{"order": keys least recent first}``."""
+        return {"order": self.order}
+
+    def problems(self, tracked: frozenset[OffloadKey]) -> str | None:
+        """Why this state is incoherent for the ``tracked`` keys, or None."""
+        if len(set(self.order)) != len(self.order):
+            return "the LRU order repeats a key"
+        return None
 
     def inserted(self, keys: Sequence[OffloadKey]) -> LRUModel:
         return LRUModel(self.order + tuple(keys))
@@ -142,6 +159,27 @@ class ARCModel:
     def resident(self) -> frozenset[OffloadKey] | None:
         """The keys in T1 or T2 (exactly the tracked keys)."""
         return frozenset(self.t1 + self.t2)
+
+    def state_view(self) -> dict[str, object]:
+        """The state in :class:`~kvoffload.spec.contract.InspectablePolicy`'s
+        terms: the four lists (least recent first) and ``target``."""
+        return {"t1": self.t1, "t2": self.t2, "b1": self.b1, "b2": self.b2, "target": self.target}
+
+    def problems(self, tracked: frozenset[OffloadKey]) -> str | None:
+        """Why this state is incoherent for the ``tracked`` keys, or None:
+        lists disjoint, ghosts untracked and at most ``capacity`` each,
+        ``0 <= target <= capacity``."""
+        lists = self.t1 + self.t2 + self.b1 + self.b2
+        if len(set(lists)) != len(lists):
+            return "ARC's T1, T2, B1, B2 overlap or repeat a key"
+        for ghost in self.b1 + self.b2:
+            if ghost in tracked:
+                return f"a ghost key is tracked: {ghost!r}"
+        if max(len(self.b1), len(self.b2)) > self.capacity:
+            return "a ghost list is longer than the capacity"
+        if not 0.0 <= self.target <= self.capacity:
+            return f"ARC target {self.target} outside [0, capacity]"
+        return None
 
     def inserted(self, keys: Sequence[OffloadKey]) -> ARCModel:
         new = frozenset(keys)
@@ -247,6 +285,13 @@ class AnyPolicyModel:
         """``None``: this policy keeps no order of its own."""
         return None
 
+    def state_view(self) -> dict[str, object]:
+        """No state to compare."""
+        return {}
+
+    def problems(self, tracked: frozenset[OffloadKey]) -> str | None:
+        return None
+
     def inserted(self, keys: Sequence[OffloadKey]) -> AnyPolicyModel:
         return self
 
@@ -287,12 +332,59 @@ PolicyModel = Union[LRUModel, ARCModel, AnyPolicyModel]
 """Any of the three policy models (they share the methods above)."""
 
 
+@attrs.frozen
+class PolicyInfo:
+    """One entry of :data:`POLICY_REGISTRY`.
+
+    ``make(capacity)`` builds the empty model. ``implementable``: the policy
+    determines its victims, so a manager can implement it and be held to
+    exact agreement (``lru``, ``arc``); ``any`` only audits.
+    """
+
+    name: str
+    make: Callable[[int], PolicyModel]
+    implementable: bool
+    summary: str
+
+
+def _registry(*infos: PolicyInfo) -> Mapping[str, PolicyInfo]:
+    return MappingProxyType({info.name: info for info in infos})
+
+
+POLICY_REGISTRY: Mapping[str, PolicyInfo] = _registry(
+    PolicyInfo("lru", lambda capacity: LRUModel(), True, "least recently used"),
+    PolicyInfo("arc", lambda capacity: ARCModel(capacity=capacity), True, "adaptive replacement"),
+    PolicyInfo("any", lambda capacity: AnyPolicyModel(), False, "any legal victims (audits only)"),
+)
+"""Every policy the specification knows, by name."""
+
+POLICY_NAMES: tuple[str, ...] = tuple(POLICY_REGISTRY)
+"""``("lru", "arc", "any")``: what the kit and the command line accept."""
+
+IMPLEMENTABLE_POLICY_NAMES: tuple[str, ...] = tuple(
+    name for name, info in POLICY_REGISTRY.items() if info.implementable
+)
+"""``("lru", "arc")``: the policies a manager implements."""
+
+
 def make_policy(name: str, capacity: int) -> PolicyModel:
-    """The empty policy model called ``name`` (``"lru"``, ``"arc"`` or ``"any"``)."""
-    if name == "lru":
-        return LRUModel()
-    if name == "arc":
-        return ARCModel(capacity=capacity)
-    if name == "any":
-        return AnyPolicyModel()
-    raise ConfigurationError(f"unknown cache policy {name!r}; expected 'lru', 'arc' or 'any'")
+    """The empty policy model registered as ``name`` (see :data:`POLICY_NAMES`)."""
+    info = POLICY_REGISTRY.get(name) if isinstance(name, str) else None
+    if info is None:
+        raise ConfigurationError(
+            f"unknown cache policy {name!r}; expected one of {', '.join(POLICY_NAMES)}"
+        )
+    return info.make(capacity)
+
+
+__all__ = [
+    "ARCModel",
+    "AnyPolicyModel",
+    "IMPLEMENTABLE_POLICY_NAMES",
+    "LRUModel",
+    "POLICY_NAMES",
+    "POLICY_REGISTRY",
+    "PolicyInfo",
+    "PolicyModel",
+    "make_policy",
+]

@@ -38,7 +38,6 @@ from kvoffload.spec.model import (
     Operation,
     Result,
     StoreResult,
-    dispatch,
 )
 
 Counts = tuple[tuple[OffloadKey, int], ...]
@@ -68,6 +67,15 @@ class ReuseFilterModel:
     counts: Counts = ()
 
     # --- queries ------------------------------------------------------------
+
+    @property
+    def core(self) -> ManagerModel:
+        """The manager model behind the filter."""
+        return self.backing
+
+    def passed_keys(self, keys: tuple[OffloadKey, ...]) -> tuple[OffloadKey, ...]:
+        """The keys a ``prepare_store(keys)`` passes to the backing."""
+        return self.eligible(keys)
 
     def count(self, key: OffloadKey) -> int:
         """How often ``key`` was looked up (0 if not in the table)."""
@@ -156,7 +164,7 @@ class ReuseFilterModel:
 
     def apply(self, op: Operation) -> tuple[ReuseFilterModel, Result]:
         """Perform the call ``op`` describes."""
-        return dispatch(self, op)
+        return op.apply_to(self)
 
 
 __all__ = ["ReuseFilterModel"]

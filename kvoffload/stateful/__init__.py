@@ -18,7 +18,7 @@ from collections.abc import Callable
 from kvoffload.spec.contract import OffloadingManager
 from hypothesis import settings
 
-from kvoffload.stateful.audit import DEFAULT_EXAMPLES, AuditReport, audit
+from kvoffload.stateful.auditing import DEFAULT_EXAMPLES, AuditReport, audit
 from kvoffload.stateful.harness import (
     Discrepancy,
     Harness,

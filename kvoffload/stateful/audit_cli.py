@@ -2,20 +2,24 @@
 
 With no ``--target`` it audits every built-in manager and policy (and the
 reuse filter) and prints a table; with ``--target module:callable`` it audits
-``callable(num_blocks)``. Exit status 1 on any violation, 2 on bad usage.
+``callable(num_blocks)``; with ``--vllm DIR`` it audits the vLLM release
+under ``DIR`` (:mod:`kvoffload.stateful.vllm_targets`), one line per target.
+While a target runs, its progress goes to stderr. Exit status 1 on any
+violation, 2 on bad usage (argparse's style: a usage line and the reason).
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import inspect
 import sys
+import time
 from collections.abc import Callable, Sequence
-from typing import cast
-
+from typing import TextIO, cast
 
 from kvoffload.spec.contract import OffloadingManager
-from kvoffload.stateful.audit import AuditReport, audit
+from kvoffload.stateful.auditing import DEFAULT_EXAMPLES, AuditReport, audit
 from kvoffload.stateful.harness import POLICIES, ReuseFilterParams
 from kvoffload.stateful.legacy import LegacyManagerAdapter
 from kvoffload.stateful.targets import BUILTIN_TARGETS, BuiltinTarget
@@ -43,6 +47,7 @@ def resolve_target(spec: str, legacy: bool = False) -> Factory:
             raise TargetError(f"{module_name!r} has no attribute {attr!r}")
     if not callable(factory):
         raise TargetError(f"{spec} is not callable")
+    check_factory(spec, cast(Callable[[int], object], factory), legacy)
     if legacy:
         inner = factory
 
@@ -52,6 +57,49 @@ def resolve_target(spec: str, legacy: bool = False) -> Factory:
         wrapped.__qualname__ = attr
         return wrapped
     return cast(Factory, factory)
+
+
+CONTRACT_METHODS = ("lookup", "prepare_load", "prepare_store", "complete_store", "take_events")
+"""Methods every manager has, whichever API it speaks."""
+
+
+def check_factory(spec: str, factory: Callable[[int], object], legacy: bool = False) -> None:
+    """Raise :class:`TargetError` unless ``factory(num_blocks)`` builds a
+    manager: it must accept one argument, and ``factory(1)`` must return an
+    object with the contract's methods (checked by name, whatever its
+    class)."""
+    try:
+        inspect.signature(factory).bind(1)
+    except TypeError:
+        raise TargetError(
+            f"{spec} is not a factory: it cannot be called as {spec}(num_blocks)"
+        ) from None
+    except ValueError:
+        pass  # no signature to inspect (some builtins): the call below decides
+    try:
+        manager = factory(1)
+    except Exception as error:  # noqa: BLE001 - any failure: nothing to audit
+        raise TargetError(
+            f"{spec}(1) raised {type(error).__name__}: {error}; "
+            "it must return a manager with 1 block"
+        ) from None
+    missing = [name for name in CONTRACT_METHODS if not callable(getattr(manager, name, None))]
+    if missing:
+        raise TargetError(
+            f"{spec}(1) returned {type(manager).__name__}, not an offloading manager "
+            f"(no {', '.join(missing)})"
+        )
+
+
+def positive_int(text: str) -> int:
+    """An ``int >= 1`` (argparse type)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
 
 
 def add_target_arguments(parser: argparse.ArgumentParser) -> None:
@@ -110,10 +158,17 @@ def targets_from_args(args: argparse.Namespace) -> list[tuple[BuiltinTarget, str
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_target_arguments(parser)
     parser.add_argument(
-        "--examples", type=int, default=None, help="Hypothesis examples per target"
+        "--vllm",
+        metavar="DIR",
+        help="audit the vLLM release that `import vllm` finds in DIR (installed, or "
+        "extracted by scripts/fetch_vllm.py): its CPU manager with LRU and ARC, its "
+        "reuse filter, each under the release's profile",
+    )
+    parser.add_argument(
+        "--examples", type=positive_int, default=None, help="Hypothesis examples per target"
     )
     parser.add_argument("--seed", type=int, default=None, help="random seed (default: fixed)")
-    parser.add_argument("--steps", type=int, default=None, help="calls per example")
+    parser.add_argument("--steps", type=positive_int, default=None, help="calls per example")
 
 
 def _row(report: AuditReport) -> str:
@@ -125,21 +180,79 @@ def _row(report: AuditReport) -> str:
     )
 
 
+class Progress:
+    """Progress of one target on ``stream``: examples run of the budget and
+    seconds so far, rewritten in place on a terminal, a line every
+    ``every`` seconds otherwise. Counts the managers the factory builds (one
+    per example; more once a failure is being shrunk)."""
+
+    def __init__(
+        self, name: str, budget: int, stream: TextIO | None = None, every: float = 10.0
+    ) -> None:
+        self.name = name
+        self.budget = budget
+        self.stream = stream if stream is not None else sys.stderr
+        self.every = every
+        self.built = 0
+        self.started = time.perf_counter()
+        self._last = self.started
+        self._tty = bool(getattr(self.stream, "isatty", lambda: False)())
+
+    def wrap(self, factory: Callable[[int], OffloadingManager]) -> Callable[[int], OffloadingManager]:
+        def counted(num_blocks: int) -> OffloadingManager:
+            self.built += 1
+            self.tick()
+            return factory(num_blocks)
+
+        counted.__qualname__ = getattr(factory, "__qualname__", "factory")
+        return counted
+
+    def line(self) -> str:
+        elapsed = time.perf_counter() - self.started
+        if self.built <= self.budget:
+            done = f"{self.built}/{self.budget} examples"
+        else:
+            done = f"{self.budget}/{self.budget} examples, shrinking ({self.built - self.budget} replays)"
+        return f"  {self.name}: {done}, {elapsed:.0f} s"
+
+    def tick(self) -> None:
+        now = time.perf_counter()
+        if self._tty and now - self._last >= 0.5:
+            self.stream.write("\r" + self.line() + "\x1b[K")
+            self.stream.flush()
+            self._last = now
+        elif not self._tty and now - self._last >= self.every:
+            self.stream.write(self.line() + "\n")
+            self.stream.flush()
+            self._last = now
+
+    def done(self, verdict: str) -> None:
+        end = "\r" if self._tty else ""
+        self.stream.write(f"{end}{self.line()}: {verdict}" + ("\x1b[K\n" if self._tty else "\n"))
+        self.stream.flush()
+
+
 def run(args: argparse.Namespace) -> int:
+    if getattr(args, "vllm", None) is not None:
+        if args.target is not None:
+            print("kvoffload audit: --vllm and --target exclude each other", file=sys.stderr)
+            return 2
+        from kvoffload.stateful.vllm_targets import run_release_audit
+
+        return run_release_audit(args)
     try:
         targets = targets_from_args(args)
     except TargetError as error:
-        print(f"kvoffload audit: {error}", file=sys.stderr)
-        return 2
-    if args.examples is not None and args.examples < 1:
-        print("kvoffload audit: --examples must be >= 1", file=sys.stderr)
+        print(f"kvoffload audit: error: {error}", file=sys.stderr)
         return 2
     reports: list[AuditReport] = []
+    budget = args.examples if args.examples is not None else DEFAULT_EXAMPLES
     for target, import_path in targets:
         label = target.policy + ("+filter" if target.reuse_filter is not None else "")
         print(f"auditing {target.name} [{label}] ...", end=" ", flush=True)
+        progress = Progress(f"{target.name} [{label}]", budget)
         report = audit(
-            target.factory,
+            progress.wrap(target.factory),
             policy=target.policy,
             reuse_filter=target.reuse_filter,
             typed_errors=args.typed_errors,
@@ -150,6 +263,7 @@ def run(args: argparse.Namespace) -> int:
             name=target.name,
             factory_import=import_path,
         )
+        progress.done("ok" if report.passed else "VIOLATION")
         print("ok" if report.passed else "VIOLATION", f"({report.seconds:.1f} s)")
         reports.append(report)
     header = (
@@ -174,4 +288,13 @@ def main(argv: Sequence[str] | None = None) -> int:  # pragma: no cover - thin
     return run(parser.parse_args(argv))
 
 
-__all__ = ["TargetError", "add_arguments", "add_target_arguments", "resolve_target", "run"]
+__all__ = [
+    "Progress",
+    "TargetError",
+    "add_arguments",
+    "add_target_arguments",
+    "check_factory",
+    "positive_int",
+    "resolve_target",
+    "run",
+]

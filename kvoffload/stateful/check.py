@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 import attrs
 
 from kvoffload.spec.contract import OffloadingManager
+from kvoffload.spec.invariants import Invariant
 from kvoffload.spec.keys import OffloadKey
 from kvoffload.spec.model import (
     CompleteLoad,
@@ -37,7 +38,7 @@ from kvoffload.stateful.harness import (
     ReuseFilterParams,
     render_script,
 )
-from kvoffload.stateful.shrink import failure_kind, replay
+from kvoffload.stateful.shrink import replay
 
 
 @attrs.frozen
@@ -54,7 +55,7 @@ class CheckReport:
     steps: int
     seconds: float
     passed: bool
-    invariant: str | None = None
+    invariant: Invariant | None = None
     message: str | None = None
     script: str | None = None
 
@@ -136,10 +137,14 @@ def check_exhaustively(
                     return CheckReport(
                         target, label, depth, num_keys, num_blocks, len(seen), sequences,
                         steps, time.perf_counter() - started, False,
-                        invariant=failure_kind(error), message=message,
+                        invariant=(
+                            error.invariant if isinstance(error, Discrepancy) else Invariant.CRASH
+                        ),
+                        message=message,
                         script=render_script(
                             harness.trace, num_blocks=num_blocks, num_keys=num_keys,
                             factory_import=factory_import, failure=message,
+                            check=error.check if isinstance(error, Discrepancy) else None,
                         ),
                     )
                 if harness.model not in seen:

@@ -22,35 +22,27 @@ from kvoffload.spec.contract import (
     InspectablePolicy,
     OffloadingEvent,
     OffloadingManager,
-    PrepareStoreOutput,
     ReqContext,
 )
 from kvoffload.spec.errors import InvalidKeyError, OffloadingError
+from kvoffload.spec.invariants import Invariant, check_state
 from kvoffload.spec.keys import OffloadKey, make_offload_key, validate_offload_key
 from kvoffload.spec.model import (
-    CompleteLoad,
-    CompleteStore,
-    Lookup,
-    LookupPrefix,
+    Answer,
     ManagerModel,
     Operation,
-    PrepareLoad,
     PrepareStore,
-    RequestHook,
-    ResetCache,
     Result,
     SpecViolation,
     StoreResult,
-    TakeEvents,
-    Touch,
 )
-from kvoffload.spec.invariants import check_state
-from kvoffload.spec.policies import ARCModel, LRUModel
+from kvoffload.spec.policies import POLICY_NAMES, POLICY_REGISTRY
 from kvoffload.spec.reuse import ReuseFilterModel
 
 Model = Union[ManagerModel, ReuseFilterModel]
 ManagerFactory = Callable[[int], OffloadingManager]
-POLICIES = ("lru", "arc", "any")
+POLICIES = POLICY_NAMES
+"""The policy names the kit accepts (the specification's registry)."""
 
 
 class _ModelRefused(Exception):
@@ -64,16 +56,21 @@ class _ModelRefused(Exception):
 class Discrepancy(AssertionError):
     """The manager under test broke the specification.
 
-    ``invariant`` names the rule (an invariant of DESIGN.md, or the call whose
-    answer differs), ``key`` the key concerned when there is one.
+    ``invariant`` names the rule, ``key`` the key concerned when there is
+    one. ``check`` is a line of Python, for the replay script, that fails
+    when the manager still answers as it did (``out`` is the answer of the
+    last call, ``m`` the manager); None when no such line can be written.
     """
 
-    def __init__(self, invariant: str, detail: str, key: object = None) -> None:
+    def __init__(
+        self, invariant: Invariant, detail: str, key: object = None, check: str | None = None
+    ) -> None:
         where = f" (key {key!r})" if key is not None else ""
-        super().__init__(f"[{invariant}]{where} {detail}")
+        super().__init__(f"[{invariant.label}]{where} {detail}")
         self.invariant = invariant
         self.detail = detail
         self.key = key
+        self.check = check
 
 
 @attrs.frozen
@@ -134,23 +131,12 @@ class KitConfig:
 
 def policy_state_of(core: ManagerModel) -> dict[str, object]:
     """The policy model's state in :class:`InspectablePolicy`'s terms."""
-    policy = core.policy
-    if isinstance(policy, LRUModel):
-        return {"order": policy.order}
-    if isinstance(policy, ARCModel):
-        return {
-            "t1": policy.t1,
-            "t2": policy.t2,
-            "b1": policy.b1,
-            "b2": policy.b2,
-            "target": policy.target,
-        }
-    return {}
+    return core.policy.state_view()
 
 
 def core_of(model: Model) -> ManagerModel:
     """The manager model itself, behind a reuse filter or not."""
-    return model.backing if isinstance(model, ReuseFilterModel) else model
+    return model.core
 
 
 def slots_of(spec: object) -> tuple[int, ...] | None:
@@ -173,7 +159,7 @@ class Harness:
         self.ctx = ReqContext(req_id="kit")
         self.trace: list[tuple[Operation, str]] = []
         self.inspectable = isinstance(self.manager, InspectableManager)
-        self.policy_inspectable = config.policy in ("lru", "arc") and isinstance(
+        self.policy_inspectable = POLICY_REGISTRY[config.policy].implementable and isinstance(
             self.manager, InspectablePolicy
         )
         self._last_event: dict[OffloadKey, bool] = {}
@@ -185,12 +171,10 @@ class Harness:
         """Apply ``op`` to model and manager; raise :class:`Discrepancy` on
         the first disagreement or broken invariant."""
         try:
-            if isinstance(op, PrepareStore):
-                for key in op.keys:
+            if op.answer is Answer.STORE:
+                for key in op.keys_mentioned:
                     validate_offload_key(key)
-                _HANDLERS[PrepareStore](self, op)
-            else:
-                _HANDLERS[type(op)](self, op)
+            _CHECKS[op.answer](self, op)
         except _ModelRefused as refused:
             self._illegal(op, refused.error)
             return
@@ -225,13 +209,19 @@ class Harness:
             expected, actual = core.phase(key), manager.phase(key)
             if expected != actual:
                 raise Discrepancy(
-                    "lifecycle", f"phase is {actual}, the specification says {expected}", key
+                    Invariant.LIFECYCLE,
+                    f"phase is {actual}, the specification says {expected}",
+                    key,
+                    check=f"expect(str(m.phase({key_name(key)})), {str(expected)!r}, "
+                    f"'phase of {key_name(key)}')",
                 )
             if core.slot(key) is not None and manager.slot_of(key) != core.slot(key):
                 raise Discrepancy(
-                    "1 capacity",
+                    Invariant.CAPACITY,
                     f"slot is {manager.slot_of(key)}, was allocated {core.slot(key)}",
                     key,
+                    check=f"expect(m.slot_of({key_name(key)}), {core.slot(key)!r}, "
+                    f"'slot of {key_name(key)}')",
                 )
 
     def _check_policy_state(self, core: ManagerModel) -> None:
@@ -241,12 +231,15 @@ class Harness:
             field = next(
                 (name for name in expected if actual.get(name) != expected[name]), "state"
             )
+            want = expected.get(field)
             raise Discrepancy(
-                "policy state",
+                Invariant.POLICY_STATE,
                 _named(
                     f"{field} is {actual.get(field)!r}, the {self.config.policy} model "
-                    f"says {expected[field]!r}"
+                    f"says {want!r}"
                 ),
+                check=f"expect(m.policy_state().get({field!r}), {_literal(want)}, "
+                f"'{self.config.policy} {field}')",
             )
 
     # --- illegal calls ------------------------------------------------------
@@ -254,236 +247,197 @@ class Harness:
     def _illegal(self, op: Operation, expected: OffloadingError) -> None:
         if not self.config.typed_errors:
             return  # the manager promises nothing for illegal calls: skip it
-        call = _render_call(op)
+        call = op.render(SCRIPT_SPELLING)
         self.trace.append((op, f"must_raise(lambda: {call})  # {type(expected).__name__}"))
         try:
-            _invoke(self, op)
+            op.call(self.manager, self.ctx)
         except OffloadingError as error:
             if not isinstance(error, type(expected)):
                 raise Discrepancy(
-                    "errors",
+                    Invariant.ERRORS,
                     f"{call} raised {type(error).__name__}, expected {type(expected).__name__}",
                     getattr(expected, "key", None),
                 ) from error
         except Exception as error:
             raise Discrepancy(
-                "errors",
+                Invariant.ERRORS,
                 f"{call} raised {type(error).__name__}: {error}; expected an "
                 f"OffloadingError ({type(expected).__name__}: {expected})",
                 getattr(expected, "key", None),
             ) from error
         else:
             raise Discrepancy(
-                "errors",
+                Invariant.ERRORS,
                 f"{call} was accepted; the lifecycle table forbids it: {expected}",
                 getattr(expected, "key", None),
             )
         self.check_state()  # 4: an illegal call changes nothing
 
-    # --- legal calls ------------------------------------------------------
+    # --- legal calls: one check per kind of answer -----------------------------
 
     def _record(self, op: Operation, note: str = "") -> None:
-        self.trace.append((op, _render_call(op) + (f"  # {note}" if note else "")))
+        self.trace.append((op, op.render(SCRIPT_SPELLING) + (f"  # {note}" if note else "")))
 
-    def _lookup(self, op: Operation) -> None:
-        if not isinstance(op, Lookup):  # pragma: no cover
-            raise TypeError(op)
+    def _no_answer(self, op: Operation) -> None:
+        self._expect(op)
+        self._record(op)
+        op.call(self.manager, self.ctx)
+
+    def _lookup_answer(self, op: Operation) -> None:
         expected = self._expect(op)
         self._record(op, f"-> {expected}")
-        actual = self.manager.lookup(op.key, self.ctx)
-        if actual is not None and actual != expected:
-            raise Discrepancy("lookup", f"lookup answered {actual}, expected {expected}", op.key)
-
-    def _lookup_prefix(self, op: Operation) -> None:
-        if not isinstance(op, LookupPrefix):  # pragma: no cover
-            raise TypeError(op)
-        expected = self._expect(op)
-        self._record(op, f"-> {expected}")
-        actual = self.manager.lookup_prefix(op.keys, self.ctx)
+        actual = op.call(self.manager, self.ctx)
         if actual is not None and actual != expected:
             raise Discrepancy(
-                "lookup", f"lookup_prefix answered {actual}, expected {expected}"
+                Invariant.LOOKUP,
+                _named(f"{op.render(SCRIPT_SPELLING)} answered {actual}, expected {expected}"),
+                op.keys_mentioned[0] if op.answer is Answer.LOOKUP else None,
+                check=f"expect(out, {expected!r}, {op.method!r})",
             )
 
-    def _prepare_store(self, op: Operation) -> None:
-        if not isinstance(op, PrepareStore):  # pragma: no cover
+    def _store_answer(self, op: Operation) -> None:
+        if not isinstance(op, PrepareStore):  # pragma: no cover - Answer.STORE
             raise TypeError(op)
         before = self.model
-        actual = self.manager.prepare_store(list(op.keys), self.ctx)
+        self._record(op)
+        actual = op.call(self.manager, self.ctx)
         if actual is None:
-            self._record(op, "-> None")
+            self.trace[-1] = (op, op.render(SCRIPT_SPELLING) + "  # -> None")
             after, expected = before.apply(op)
             if isinstance(expected, StoreResult):
                 raise Discrepancy(
-                    "5 liveness",
-                    f"prepare_store refused, yet the specification stores "
-                    f"{list(expected.keys_to_store)!r} evicting {list(expected.evicted)!r}",
+                    Invariant.LIVENESS,
+                    _named(
+                        f"prepare_store refused, yet the specification stores "
+                        f"{list(expected.keys_to_store)!r} evicting {list(expected.evicted)!r}"
+                    ),
+                    check="expect(out is not None, True, 'prepare_store found room')",
                 )
             self.model = after
             return
-        if not isinstance(actual, PrepareStoreOutput):
+        try:
+            keys_to_store = tuple(getattr(actual, "keys_to_store"))
+            victims = tuple(getattr(actual, "evicted_keys"))
+            store_spec = getattr(actual, "store_spec")
+        except (AttributeError, TypeError) as error:
             raise Discrepancy(
-                "7 store spec", f"prepare_store returned {type(actual).__name__}"
-            )
-        slots = slots_of(actual.store_spec)
-        victims = tuple(actual.evicted_keys)
+                Invariant.STORE_SPEC,
+                f"prepare_store returned {type(actual).__name__}, which lacks the "
+                f"contract's keys_to_store/evicted_keys/store_spec: {error}",
+            ) from None
+        slots = slots_of(store_spec)
         chosen = PrepareStore(op.keys, victims=victims, slots=slots)
-        self._record(
+        self.trace[-1] = (
             op,
-            f"-> stores {_keys(actual.keys_to_store)} at {list(slots or ())!r}, "
+            op.render(SCRIPT_SPELLING)
+            + f"  # -> stores {_keys(keys_to_store)} at {list(slots or ())!r}, "
             f"evicts {_keys(victims)}",
         )
         try:
             after, expected = before.apply(chosen)
         except SpecViolation as violation:
-            key = victims[0] if victims and "evict" in violation.invariant else None
+            key = victims[0] if victims and violation.invariant is Invariant.EVICTION else None
+            wanted = before.apply(op)[1]
             raise Discrepancy(
-                violation.invariant, _named(violation.reason), key
+                violation.invariant,
+                _named(violation.reason),
+                key,
+                check=_store_check(wanted, slots is not None),
             ) from violation
         if not isinstance(expected, StoreResult):
-            raise Discrepancy("5 liveness", "the specification refuses this store")
+            raise Discrepancy(Invariant.LIVENESS, "the specification refuses this store")
         self.evicted.extend(expected.evicted)
-        if tuple(actual.keys_to_store) != expected.keys_to_store:
+        if keys_to_store != expected.keys_to_store:
             raise Discrepancy(
-                "3 protection",
-                f"keys_to_store {list(actual.keys_to_store)!r}, expected "
-                f"{list(expected.keys_to_store)!r}",
+                Invariant.PROTECTION,
+                _named(
+                    f"keys_to_store {list(keys_to_store)!r}, expected "
+                    f"{list(expected.keys_to_store)!r}"
+                ),
+                check=f"expect(list(out.keys_to_store), {_keys(expected.keys_to_store)}, "
+                "'keys_to_store')",
             )
-        if slots is None and expected.keys_to_store:
-            pass  # the spec does not expose slots: invariant 7 unchecked
         self.model = after
 
-    def _complete_store(self, op: Operation) -> None:
-        if not isinstance(op, CompleteStore):  # pragma: no cover
-            raise TypeError(op)
-        self._expect(op)
-        self._record(op)
-        self.manager.complete_store(list(op.keys), self.ctx, op.success)
-
-    def _prepare_load(self, op: Operation) -> None:
-        if not isinstance(op, PrepareLoad):  # pragma: no cover
-            raise TypeError(op)
+    def _load_answer(self, op: Operation) -> None:
         expected = self._expect(op)
-        self._record(op, f"-> slots {list(expected) if isinstance(expected, tuple) else expected!r}")
-        spec = self.manager.prepare_load(list(op.keys), self.ctx)
+        self._record(
+            op, f"-> slots {list(expected) if isinstance(expected, tuple) else expected!r}"
+        )
+        spec = op.call(self.manager, self.ctx)
         slots = slots_of(spec)
         if slots is not None and slots != expected:
             raise Discrepancy(
-                "7 store spec",
+                Invariant.STORE_SPEC,
                 f"prepare_load names slots {list(slots)!r}, the keys hold {list(expected)!r}"
                 if isinstance(expected, tuple)
                 else "prepare_load returned slots for nothing",
+                check=f"expect(block_ids(out), {list(cast(tuple[int, ...], expected))!r}, "
+                "'load spec slots')",
             )
 
-    def _complete_load(self, op: Operation) -> None:
-        if not isinstance(op, CompleteLoad):  # pragma: no cover
-            raise TypeError(op)
-        self._expect(op)
-        self._record(op)
-        self.manager.complete_load(list(op.keys), self.ctx)
-
-    def _touch(self, op: Operation) -> None:
-        if not isinstance(op, Touch):  # pragma: no cover
-            raise TypeError(op)
-        self._expect(op)
-        self._record(op)
-        self.manager.touch(list(op.keys), self.ctx)
-
-    def _reset(self, op: Operation) -> None:
-        self._expect(op)
-        self._record(op)
-        self.manager.reset_cache()
-
-    def _take_events(self, op: Operation) -> None:
+    def _events_answer(self, op: Operation) -> None:
         expected = self._expect(op)
-        actual = list(self.manager.take_events())
-        self._record(op, f"-> {len(actual)} event(s)")
+        self._record(op)
+        answer = op.call(self.manager, self.ctx)
+        actual = list(cast(Sequence[OffloadingEvent], answer))
+        self.trace[-1] = (op, op.render(SCRIPT_SPELLING) + f"  # -> {len(actual)} event(s)")
         if not isinstance(expected, tuple):  # pragma: no cover
             raise TypeError(expected)
         self._check_events(actual, [e for e in expected if isinstance(e, OffloadingEvent)])
-
-    def _hook(self, op: Operation) -> None:
-        if not isinstance(op, RequestHook):  # pragma: no cover
-            raise TypeError(op)
-        self._expect(op)
-        self._record(op)
-        _invoke(self, op)
 
     # --- events -------------------------------------------------------------
 
     def _check_events(
         self, actual: Sequence[OffloadingEvent], expected: Sequence[OffloadingEvent]
     ) -> None:
+        want = [(tuple(e.keys), e.removed) for e in expected]
+        check = f"expect(events_of(out), {_literal_events(want)}, 'events')"
         for event in actual:
             for key in event.keys:
                 last = self._last_event.get(key)
                 if event.removed and last is not True:
                     raise Discrepancy(
-                        "6 events",
+                        Invariant.EVENTS,
                         "removed event for a key that was not announced stored",
                         key,
+                        check=check,
                     )
                 if not event.removed and last is True:
                     raise Discrepancy(
-                        "6 events", "stored event for a key already announced stored", key
+                        Invariant.EVENTS,
+                        "stored event for a key already announced stored",
+                        key,
+                        check=check,
                     )
                 self._last_event[key] = not event.removed
         got = [(tuple(e.keys), bool(e.removed)) for e in actual]
-        want = [(tuple(e.keys), e.removed) for e in expected]
         if got != want:
             raise Discrepancy(
-                "6 events", f"events {_render_events(got)}, expected {_render_events(want)}"
+                Invariant.EVENTS,
+                f"events {_render_events(got)}, expected {_render_events(want)}",
+                check=check,
             )
         held = frozenset(k for k, stored in self._last_event.items() if stored)
         readable = core_of(self.model).readable_keys()
         if held != readable:
             raise Discrepancy(
-                "6 events",
+                Invariant.EVENTS,
                 f"a consumer of the events holds {sorted(held)!r}, the readable "
                 f"keys are {sorted(readable)!r}",
+                check=check,
             )
 
 
-def _invoke(harness: Harness, op: Operation) -> object:
-    """Make the call ``op`` describes on the manager; its answer, if any."""
-    manager, ctx = harness.manager, harness.ctx
-    if isinstance(op, Lookup):
-        return manager.lookup(op.key, ctx)
-    if isinstance(op, LookupPrefix):
-        return manager.lookup_prefix(op.keys, ctx)
-    if isinstance(op, PrepareStore):
-        return manager.prepare_store(list(op.keys), ctx)
-    if isinstance(op, PrepareLoad):
-        return manager.prepare_load(list(op.keys), ctx)
-    if isinstance(op, TakeEvents):
-        return list(manager.take_events())
-    if isinstance(op, CompleteStore):
-        manager.complete_store(list(op.keys), ctx, op.success)
-    elif isinstance(op, CompleteLoad):
-        manager.complete_load(list(op.keys), ctx)
-    elif isinstance(op, Touch):
-        manager.touch(list(op.keys), ctx)
-    elif isinstance(op, ResetCache):
-        manager.reset_cache()
-    elif op.name in ("on_schedule_end", "shutdown"):
-        getattr(manager, op.name)()
-    else:
-        getattr(manager, op.name)(ctx)
-    return None
-
-
-_HANDLERS: dict[type, Callable[[Harness, Operation], None]] = {
-    Lookup: Harness._lookup,
-    LookupPrefix: Harness._lookup_prefix,
-    PrepareStore: Harness._prepare_store,
-    CompleteStore: Harness._complete_store,
-    PrepareLoad: Harness._prepare_load,
-    CompleteLoad: Harness._complete_load,
-    Touch: Harness._touch,
-    ResetCache: Harness._reset,
-    TakeEvents: Harness._take_events,
-    RequestHook: Harness._hook,
+_CHECKS: dict[Answer, Callable[[Harness, Operation], None]] = {
+    Answer.NOTHING: Harness._no_answer,
+    Answer.LOOKUP: Harness._lookup_answer,
+    Answer.PREFIX: Harness._lookup_answer,
+    Answer.STORE: Harness._store_answer,
+    Answer.LOAD_SPEC: Harness._load_answer,
+    Answer.EVENTS: Harness._events_answer,
 }
+"""How the kit checks each kind of answer (every operation names its kind)."""
 
 
 def key_name(key: object) -> str:
@@ -491,6 +445,19 @@ def key_name(key: object) -> str:
     if isinstance(key, bytes) and key.startswith(b"blk") and len(key) == 9:
         return f"K[{int(key[3:5])}]"
     return repr(key)
+
+
+class _ScriptSpelling:
+    """Keys as ``K[i]``, the request context as ``ctx``."""
+
+    def key(self, key: object) -> str:
+        return key_name(key)
+
+    def ctx(self, request: int) -> str:
+        return "ctx"
+
+
+SCRIPT_SPELLING = _ScriptSpelling()
 
 
 def _named(text: str) -> str:
@@ -502,34 +469,75 @@ def _keys(keys: Sequence[object]) -> str:
     return "[" + ", ".join(key_name(k) for k in keys) + "]"
 
 
+def _literal(value: object) -> str:
+    """``value`` as a Python literal with the kit's keys written ``K[i]``."""
+    if isinstance(value, tuple):
+        inner = ", ".join(_literal(v) for v in value)
+        return f"({inner},)" if len(value) == 1 else f"({inner})"
+    if isinstance(value, list):
+        return "[" + ", ".join(_literal(v) for v in value) + "]"
+    return key_name(value)
+
+
+def _literal_events(events: Sequence[tuple[tuple[OffloadKey, ...], bool]]) -> str:
+    return "[" + ", ".join(f"({_keys(keys)}, {removed})" for keys, removed in events) + "]"
+
+
+def _store_check(wanted: Result, has_slots: bool) -> str:
+    """The replay check of a ``prepare_store`` answer the specification
+    gives as ``wanted``."""
+    if not isinstance(wanted, StoreResult):
+        return "expect(out, None, 'prepare_store')"
+    checks = [
+        f"expect(list(out.evicted_keys), {_keys(wanted.evicted)}, 'evicted_keys')",
+        f"expect(list(out.keys_to_store), {_keys(wanted.keys_to_store)}, 'keys_to_store')",
+    ]
+    if has_slots:
+        checks.append(
+            f"expect(block_ids(out.store_spec), {list(wanted.store_slots)!r}, 'store slots')"
+        )
+    return "; ".join(checks)
+
+
 def _render_events(events: Sequence[tuple[tuple[OffloadKey, ...], bool]]) -> str:
     return "[" + ", ".join(
         f"{'removed' if removed else 'stored'} {_keys(keys)}" for keys, removed in events
     ) + "]"
 
 
-def _render_call(op: Operation) -> str:
-    if isinstance(op, Lookup):
-        return f"m.lookup({key_name(op.key)}, ctx)"
-    if isinstance(op, LookupPrefix):
-        return f"m.lookup_prefix({_keys(op.keys)}, ctx)"
-    if isinstance(op, PrepareStore):
-        return f"m.prepare_store({_keys(op.keys)}, ctx)"
-    if isinstance(op, CompleteStore):
-        return f"m.complete_store({_keys(op.keys)}, ctx, success={op.success})"
-    if isinstance(op, PrepareLoad):
-        return f"m.prepare_load({_keys(op.keys)}, ctx)"
-    if isinstance(op, CompleteLoad):
-        return f"m.complete_load({_keys(op.keys)}, ctx)"
-    if isinstance(op, Touch):
-        return f"m.touch({_keys(op.keys)}, ctx)"
-    if isinstance(op, ResetCache):
-        return "m.reset_cache()"
-    if isinstance(op, TakeEvents):
-        return "list(m.take_events())"
-    if op.name in ("on_schedule_end", "shutdown"):
-        return f"m.{op.name}()"
-    return f"m.{op.name}(ctx)"
+SCRIPT_HELPERS = '''\
+def must_raise(call):
+    try:
+        call()
+    except OffloadingError:
+        return
+    raise AssertionError("accepted a call the specification forbids")
+
+
+def shown(value):
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(shown(v) for v in value) + "]"
+    if isinstance(value, bytes) and value in K:
+        return f"K[{K.index(value)}]"
+    return repr(value)
+
+
+def expect(actual, expected, what):
+    if actual != expected:
+        raise AssertionError(
+            f"{what}: the manager gives {shown(actual)}, "
+            f"the specification expects {shown(expected)}"
+        )
+
+
+def block_ids(spec):
+    return [int(i) for i in spec.block_ids]
+
+
+def events_of(events):
+    return [(list(e.keys), bool(e.removed)) for e in events]
+'''
+"""The helpers every replay script defines."""
 
 
 def render_script(
@@ -539,8 +547,16 @@ def render_script(
     num_keys: int,
     factory_import: str | None,
     failure: str,
+    check: str | None = None,
 ) -> str:
-    """A short Python script replaying ``trace`` against the factory."""
+    """A short Python script replaying ``trace`` against the factory.
+
+    The last call of ``trace`` is the one that broke the specification: the
+    script keeps its answer as ``out`` and runs ``check`` (a line raising
+    ``AssertionError`` when the manager still answers as it did). Without a
+    ``check`` the script raises ``AssertionError(failure)`` after that call.
+    Either way the script stops there with a non-zero exit status.
+    """
     lines = ["# Replays a conformance failure found by `kvoffload audit`."]
     if factory_import:
         module, _, name = factory_import.partition(":")
@@ -551,18 +567,18 @@ def render_script(
         "from kvoffload import OffloadingError, ReqContext, make_offload_key",
         "",
         "",
-        "def must_raise(call):",
-        "    try:",
-        "        call()",
-        "    except OffloadingError:",
-        "        return",
-        '    raise AssertionError("accepted a call the specification forbids")',
+        *SCRIPT_HELPERS.rstrip("\n").split("\n"),
         "",
         "",
         f"K = [make_offload_key(b'blk%02d' % i, i % 2) for i in range({num_keys})]",
         'ctx = ReqContext(req_id="kit")',
         f"m = factory({num_blocks})",
     ]
-    lines += [line for _, line in trace]
-    lines.append(f"# ^ last call broke the specification: {failure}")
+    body = [line for _, line in trace]
+    illegal_last = bool(body) and body[-1].startswith("must_raise(")
+    if body and not illegal_last:
+        body[-1] = "out = " + body[-1]
+    lines += body
+    lines.append(f"# ^ the last call broke the specification: {failure}")
+    lines.append(check if check is not None else f"raise AssertionError({failure!r})")
     return "\n".join(lines) + "\n"

@@ -14,15 +14,7 @@ from collections.abc import Sequence
 
 import attrs
 
-from kvoffload.spec.model import (
-    CompleteLoad,
-    CompleteStore,
-    LookupPrefix,
-    Operation,
-    PrepareLoad,
-    PrepareStore,
-    Touch,
-)
+from kvoffload.spec.model import KeyListOperation, Operation
 from kvoffload.stateful.harness import Discrepancy, Harness, KitConfig
 
 
@@ -40,16 +32,16 @@ def replay(
 
 
 def failure_kind(error: BaseException) -> str:
-    """What a failure is about: the invariant, or the crash's type."""
+    """What a failure is about: the invariant's label, or ``crash:`` and the
+    exception's type."""
     if isinstance(error, Discrepancy):
-        return error.invariant
+        return error.invariant.label
     return f"crash:{type(error).__name__}"
 
 
 def _smaller_ops(op: Operation) -> list[Operation]:
     """``op`` with one key fewer, each way (for key-list calls)."""
-    keyed = (PrepareStore, CompleteStore, PrepareLoad, CompleteLoad, Touch, LookupPrefix)
-    if not isinstance(op, keyed) or len(op.keys) <= 1:
+    if not isinstance(op, KeyListOperation) or len(op.keys) <= 1:
         return []
     return [
         attrs.evolve(op, keys=op.keys[:i] + op.keys[i + 1 :])

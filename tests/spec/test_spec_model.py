@@ -8,7 +8,7 @@ import pytest
 
 from kvoffload.spec.contract import OffloadingEvent
 from kvoffload.spec.errors import ConfigurationError, IllegalTransitionError, InvalidKeyError
-from kvoffload.spec.invariants import Step, Violation, check_step, liveness
+from kvoffload.spec.invariants import Invariant, Step, Violation, check_step, liveness
 from kvoffload.spec.keys import OffloadKey
 from kvoffload.spec.lifecycle import ABSENT, PENDING, READY, Call, loading
 from kvoffload.spec.model import (
@@ -287,5 +287,5 @@ def test_check_step_reports_a_broken_step() -> None:
     bogus = Step(before, PrepareStore((C,)), after, StoreResult((C,), (1,), (A,)))
     found = check_step(bogus)
     assert found and all(isinstance(v, Violation) for v in found)
-    assert any(v.invariant == "7 store spec" for v in found)
+    assert any(v.invariant is Invariant.STORE_SPEC for v in found)
     assert not check_step(Step(before, PrepareStore((C,)), after, result))

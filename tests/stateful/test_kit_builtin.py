@@ -10,6 +10,7 @@ import pytest
 
 from kvoffload import CPUOffloadingManager, FilterReusedOffloadingManager, ReqContext
 from kvoffload.spec.errors import IllegalTransitionError
+from kvoffload.spec.invariants import Invariant
 from kvoffload.spec.model import (
     CompleteLoad,
     CompleteStore,
@@ -67,17 +68,18 @@ def test_audit_finds_a_wrong_victim_order_and_the_script_replays_it() -> None:
     report = audit(_evicts_mru, policy="lru", factory_import=f"{__name__}:_evicts_mru")
     assert not report.passed
     # an inspectable manager's recency order is compared after every step
-    assert report.invariant == "policy state"
+    assert report.invariant is Invariant.POLICY_STATE
     assert report.script is not None and report.calls <= 8
     # The script runs as it stands (it imports the factory from this module)
-    # and leaves the manager in the state the last, offending call made.
+    # and stops at the offending call, saying what the specification expects.
     namespace: dict[str, object] = {}
-    exec(compile(report.script, "<replay>", "exec"), namespace)
-    manager = namespace["m"]
-    assert isinstance(manager, CPUOffloadingManager)
-    # Replaying the same calls through the harness breaks the same invariant.
-    calls = [line for line in report.script.splitlines() if line.startswith("m.")]
+    with pytest.raises(AssertionError, match="the specification expects") as raised:
+        exec(compile(report.script, "<replay>", "exec"), namespace)
+    assert "lru order" in str(raised.value)
+    assert isinstance(namespace["m"], CPUOffloadingManager)
+    calls = [line for line in report.script.splitlines() if line.startswith(("m.", "out = m."))]
     assert len(calls) == report.calls
+    assert report.script.splitlines()[-1].startswith("expect(m.policy_state()")
 
 
 def test_the_same_defect_passes_as_any_policy() -> None:
@@ -98,7 +100,7 @@ def test_harness_flags_an_accepted_illegal_call() -> None:
     key = harness.keys[0]
     with pytest.raises(Discrepancy) as raised:
         harness.step(PrepareLoad((key,)))
-    assert raised.value.invariant == "errors"
+    assert raised.value.invariant is Invariant.ERRORS
 
 
 def test_shrink_keeps_the_failure_and_drops_noise() -> None:
@@ -116,12 +118,12 @@ def test_shrink_keeps_the_failure_and_drops_noise() -> None:
     ]
     _, error = replay(config, 2, ops)
     # the recency order diverges at the touch (the manager is inspectable)
-    assert isinstance(error, Discrepancy) and error.invariant == "policy state"
+    assert isinstance(error, Discrepancy) and error.invariant is Invariant.POLICY_STATE
     shrunk = shrink(config, 2, ops, "policy state", time_budget=5.0)
     assert len(shrunk) < len(ops)
     assert Lookup(k[3]) not in shrunk and Lookup(k[4]) not in shrunk
     _, again = replay(config, 2, shrunk)
-    assert isinstance(again, Discrepancy) and again.invariant == "policy state"
+    assert isinstance(again, Discrepancy) and again.invariant is Invariant.POLICY_STATE
 
 
 def test_legacy_adapter_over_a_list_api_manager_passes() -> None:

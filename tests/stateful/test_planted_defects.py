@@ -35,6 +35,7 @@ from kvoffload.spec.contract import (
     RequestOffloadingContext,
 )
 from kvoffload.spec.errors import IllegalTransitionError, OffloadingError
+from kvoffload.spec.invariants import Invariant
 from kvoffload.spec.keys import OffloadKey, validate_offload_key
 from kvoffload.spec.lifecycle import Call
 from kvoffload.spec.model import (
@@ -253,45 +254,45 @@ class Planted:
     defect: str
     factory: ManagerFactory
     policy: str
-    invariants: frozenset[str]
+    invariants: frozenset[Invariant]
     reuse_filter: ReuseFilterParams | None = None
     max_calls: int = MAX_CALLS
 
 
-EVICTION = frozenset({"2/3/5 eviction"})
+EVICTION = frozenset({Invariant.EVICTION})
 # Built-in-derived defects expose their policy state (InspectablePolicy): a
 # defect that corrupts recency or ghost lists shows there first.
-POLICY_STATE = "policy state"
+POLICY_STATE = Invariant.POLICY_STATE
 
 PLANTED: tuple[Planted, ...] = (
     Planted("pinned-evicted", "evicting a pinned (LOADING) block",
             core(PinIgnoringLRU), "lru", EVICTION | {POLICY_STATE}),
     Planted("filter-protection", "losing protection through the filter",
-            threshold_only_filter, "lru", frozenset({"2/3/5 eviction", "3 protection"}),
+            threshold_only_filter, "lru", frozenset({Invariant.EVICTION, Invariant.PROTECTION}),
             PROTECTION_FILTER, max_calls=12),
     Planted("arc-ghost-slip", "ARC ghost-list slip (T1 victims not remembered in B1)",
             core(ForgetfulGhostARC), "arc", EVICTION | {POLICY_STATE}),
     Planted("non-atomic-eviction", "non-atomic failed eviction",
             core(NonAtomicLRU), "lru",
-            frozenset({"lifecycle", "lookup", "6 events", POLICY_STATE})),
+            frozenset({Invariant.LIFECYCLE, Invariant.LOOKUP, Invariant.EVENTS, POLICY_STATE})),
     Planted("slot-reused-pending", "slot reused while pending",
             core(LRUCachePolicy, backend=PeekingBackend), "lru",
-            frozenset({"1 capacity", "7 store spec", "2/3/5 eviction", "5 liveness",
+            frozenset({Invariant.CAPACITY, Invariant.STORE_SPEC, Invariant.EVICTION, Invariant.LIVENESS,
                        POLICY_STATE})),
     Planted("event-out-of-order", "stored event queued ahead of earlier events",
             core(LRUCachePolicy, manager=StoredEventFirstManager), "lru",
-            frozenset({"6 events"})),
+            frozenset({Invariant.EVENTS})),
     Planted("liveness-refusal", "ARC refuses when its preferred list has no victim",
-            core(RefusingARC), "arc", frozenset({"5 liveness"})),
+            core(RefusingARC), "arc", frozenset({Invariant.LIVENESS})),
     Planted("refcount-guard-off-by-one", "complete_load accepts a READY block",
             core(LRUCachePolicy, manager=LaxCompleteLoadManager), "lru",
-            frozenset({"errors", "lifecycle"})),
+            frozenset({Invariant.ERRORS, Invariant.LIFECYCLE})),
     Planted("refcount-set-off-by-one", "prepare_load sets ref_cnt = 1 instead of += 1",
             core(LRUCachePolicy, manager=SetNotAddLoadManager), "lru",
-            frozenset({"lifecycle", "2/3/5 eviction", "errors", POLICY_STATE})),
+            frozenset({Invariant.LIFECYCLE, Invariant.EVICTION, Invariant.ERRORS, POLICY_STATE})),
     Planted("reset-announces-pending", "reset announces never-stored keys",
             core(ARCCachePolicy, manager=ResetAnnouncesPendingManager), "arc",
-            frozenset({"6 events"})),
+            frozenset({Invariant.EVENTS})),
 )
 
 
@@ -359,7 +360,7 @@ class RecordingManager(OffloadingManager):
         self.inner.reset_cache()
 
 
-CALL_PREFIXES = ("m.", "list(m.", "must_raise(lambda: m.")
+CALL_PREFIXES = ("m.", "list(m.", "must_raise(lambda: m.", "out = m.", "out = list(m.")
 
 
 def run_script(script: str, factory: ManagerFactory) -> RecordingManager:
@@ -397,12 +398,13 @@ def assert_script_reproduces(report: AuditReport, config: KitConfig) -> None:
     num_blocks = int(report.script.split("m = factory(")[1].split(")")[0])
     _, failure = replay(config, num_blocks, recorder.ops)
     assert failure is not None, f"the script did not reproduce the failure:\n{report.script}"
-    assert failure_kind(failure) == report.invariant or (
-        report.invariant == "no crash" and failure_kind(failure).startswith("crash:")
+    assert report.invariant is not None
+    assert failure_kind(failure) == report.invariant.label or (
+        report.invariant is Invariant.CRASH and failure_kind(failure).startswith("crash:")
     )
 
 
-def assert_found(report: AuditReport, invariants: frozenset[str], max_calls: int) -> None:
+def assert_found(report: AuditReport, invariants: frozenset[Invariant], max_calls: int) -> None:
     assert not report.passed, f"{report.target}: the defect was not found\n{report.render()}"
     assert report.invariant in invariants, report.render()
     assert 1 <= report.calls <= max_calls, report.render()
@@ -462,9 +464,10 @@ def test_defective_third_party_is_found(manager: ThirdParty) -> None:
     assert_script_reproduces(report, config)
 
 
-def test_printed_script_runs_standalone() -> None:
+def test_printed_script_runs_standalone_and_fails_at_the_violation() -> None:
     """A script naming its factory by import path runs from the repository
-    root as printed."""
+    root as printed, and stops at the violating call with a non-zero exit
+    status, saying what the specification expected."""
     manager = next(m for m in DEFECTIVE if m.name == "LegacyRefusingARCManager")
     report = audit_third_party(manager)
     assert report.script is not None
@@ -475,7 +478,9 @@ def test_printed_script_runs_standalone() -> None:
         [sys.executable, "-"], input=report.script, text=True, cwd=REPO_ROOT,
         capture_output=True, timeout=60, check=False,
     )
-    assert completed.returncode == 0, completed.stderr
+    assert completed.returncode == 1, completed.stderr
+    assert "AssertionError: prepare_store found room" in completed.stderr, completed.stderr
+    assert "the specification expects True" in completed.stderr
 
 
 def test_untyped_error_is_what_the_script_shows() -> None:

@@ -34,6 +34,7 @@ from kvoffload.spec.contract import (
     ReqContext,
 )
 from kvoffload.spec.errors import IllegalTransitionError
+from kvoffload.spec.invariants import Invariant
 from kvoffload.spec.keys import OffloadKey, validate_offload_key
 from kvoffload.spec.lifecycle import ABSENT, PENDING, READY, Call, Phase, loading
 from kvoffload.stateful import LegacyManagerAdapter, ReuseFilterParams
@@ -633,7 +634,7 @@ class ThirdParty:
     factory: ModernFactory
     policy: str
     defect: str | None = None
-    invariants: frozenset[str] = frozenset()
+    invariants: frozenset[Invariant] = frozenset()
     reuse_filter: ReuseFilterParams | None = None
 
     @property
@@ -645,7 +646,7 @@ class ThirdParty:
         return f"tests.stateful.thirdparty:{self.factory.__name__}"
 
 
-EVICTION = frozenset({"2/3/5 eviction"})
+EVICTION = frozenset({Invariant.EVICTION})
 
 THIRD_PARTY: tuple[ThirdParty, ...] = (
     ThirdParty("DictLRUManager", "key+ctx", dict_lru, "lru"),
@@ -663,20 +664,20 @@ THIRD_PARTY: tuple[ThirdParty, ...] = (
     ),
     ThirdParty(
         "AnnouncesFailedStoresManager", "key+ctx", announces_failed_stores, "lru",
-        "stored event for a failed store", frozenset({"6 events"}),
+        "stored event for a failed store", frozenset({Invariant.EVENTS}),
     ),
     ThirdParty(
         "UntypedErrorsManager", "key+ctx", untyped_errors, "lru",
-        "KeyError/AssertionError for illegal loads", frozenset({"errors"}),
+        "KeyError/AssertionError for illegal loads", frozenset({Invariant.ERRORS}),
     ),
     ThirdParty(
         "ThresholdOnlyFilter(DictLRU)", "key+ctx", threshold_only_filter, "lru",
-        "filter drops protection of stored keys", frozenset({"3 protection", "2/3/5 eviction"}),
+        "filter drops protection of stored keys", frozenset({Invariant.PROTECTION, Invariant.EVICTION}),
         FILTER,
     ),
     ThirdParty(
         "LegacyRefusingARCManager", "legacy", legacy_refusing_arc, "any",
-        "refuses when the preferred ARC list has no victim", frozenset({"5 liveness"}),
+        "refuses when the preferred ARC list has no victim", frozenset({Invariant.LIVENESS}),
     ),
     ThirdParty(
         "LegacyEvictsReadersManager", "legacy", legacy_evicts_readers, "any",
@@ -684,11 +685,11 @@ THIRD_PARTY: tuple[ThirdParty, ...] = (
     ),
     ThirdParty(
         "LegacyPendingHitsManager", "legacy", legacy_pending_hits, "lru",
-        "lookup counts PENDING blocks as hits", frozenset({"lookup"}),
+        "lookup counts PENDING blocks as hits", frozenset({Invariant.LOOKUP}),
     ),
     ThirdParty(
         "LegacySilentFailureManager", "legacy", legacy_silent_failure, "lru",
         "failed store leaves the block READY",
-        frozenset({"lookup", "2/3/5 eviction", "5 liveness", "6 events", "7 store spec"}),
+        frozenset({Invariant.LOOKUP, Invariant.EVICTION, Invariant.LIVENESS, Invariant.EVENTS, Invariant.STORE_SPEC}),
     ),
 )

@@ -19,6 +19,7 @@ from hypothesis.reporting import with_reporter
 from hypothesis.stateful import run_state_machine_as_test
 
 from kvoffload.spec.contract import OffloadingManager
+from kvoffload.spec.invariants import Invariant
 from kvoffload.stateful.harness import (
     Discrepancy,
     KitConfig,
@@ -48,7 +49,7 @@ class AuditReport:
     examples: int
     steps: int
     seconds: float
-    invariant: str | None = None
+    invariant: Invariant | None = None
     key: object = None
     message: str | None = None
     script: str | None = None
@@ -159,10 +160,12 @@ def audit(
         replayed, shrunk_failure = replay(config, num_blocks, ops)
         if shrunk_failure is not None and failure_kind(shrunk_failure) == kind:
             harness, failure = replayed, shrunk_failure
+    check: str | None = None
     if isinstance(failure, Discrepancy):
         invariant, key, message = failure.invariant, failure.key, str(failure)
+        check = failure.check
     else:
-        invariant, key = "no crash", None
+        invariant, key = Invariant.CRASH, None
         message = f"the manager raised {type(failure).__name__}: {failure}"
     trace = harness.trace if harness is not None else []
     script = render_script(
@@ -171,6 +174,7 @@ def audit(
         num_keys=num_keys,
         factory_import=factory_import,
         failure=message,
+        check=check,
     )
     return AuditReport(
         target,

@@ -1,0 +1,181 @@
+"""Profiles of vLLM's released offloading contract, one per generation.
+
+Each preset is a :class:`~kvoffload.spec.profile.Profile` named after the
+first vLLM release that has that shape of the scheduler-side contract; a
+release is audited under the preset of its generation (``python -m kvoffload
+audit --vllm DIR`` detects it from the code). Every option's value is
+justified below by the release file (a path inside the ``vllm`` wheel) and
+the behaviour that file has. Options not named keep kvoffload's default.
+
+Conventions every vLLM release shares:
+
+- ``errors=ANY``: illegal calls fail on ``assert`` (``cpu/manager.py``:
+  ``prepare_load`` asserts ``block is not None`` and ``block.is_ready``;
+  ``complete_load`` asserts ``ref_cnt > 0``), never a typed error.
+- ``offers_repeat_keys=False``: ``cpu/manager.py`` ``prepare_store`` takes one
+  slot per offered key it does not track, so an offer naming a key twice
+  takes two slots for one key; the scheduler offers each new block once.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from kvoffload.spec.profile import (
+    ErrorStyle,
+    FilterCounts,
+    LookupAnswer,
+    Profile,
+    RecencyCommit,
+    ResetAnnounce,
+)
+
+_VLLM = Profile(
+    name="vllm",
+    errors=ErrorStyle.ANY,
+    offers_repeat_keys=False,
+)
+
+VLLM_0_19 = attrs.evolve(
+    _VLLM,
+    name="vllm-0.19",
+    # abstract.py: OffloadingEvent(block_hashes, block_size, medium, removed).
+    event_block_size=True,
+    # reuse_manager.py: FilterReusedOffloadingManager.lookup(block_hashes)
+    # records every hash of the list, also those past the first miss.
+    filter_counts=FilterCounts.LOOKUPS,
+    # cpu/manager.py: CPUOffloadingManager has no reset_cache.
+    has_reset=False,
+)
+"""vLLM 0.19: block-hash lists (``lookup(list) -> int``)."""
+
+VLLM_0_20 = attrs.evolve(
+    VLLM_0_19,
+    name="vllm-0.20",
+    # abstract.py: OffloadingEvent(keys, medium, removed): no block_size.
+    event_block_size=False,
+    # reuse_manager.py: lookup(key, ctx) records the one key it is given, and
+    # the manager has no lookup_prefix: the engine looks keys up one by one
+    # and stops at the first miss, so that is what the filter counts.
+    filter_counts=FilterCounts.LOOKUPS_TO_FIRST_MISS,
+)
+"""vLLM 0.20: ``OffloadKey`` and ``ReqContext``, half-migrated."""
+
+VLLM_0_21 = attrs.evolve(VLLM_0_20, name="vllm-0.21")
+"""vLLM 0.21: keys and a request context on every call (base.py); the
+filter a separate class (reuse_manager.py); no ``reset_cache``. Same
+conventions as 0.20."""
+
+VLLM_0_22 = attrs.evolve(
+    VLLM_0_21,
+    name="vllm-0.22",
+    # cpu/manager.py: reset_cache() added.
+    has_reset=True,
+    # cpu/manager.py reset_cache clears the policy and the slot pool and
+    # appends no event: the engine publishes its own all-cleared event.
+    reset_announce=ResetAnnounce.ENGINE,
+    # cpu/manager.py reset_cache leaves self.counts (the folded-in filter's
+    # table) as it was.
+    filter_reset_clears=False,
+)
+"""vLLM 0.22–0.24: the filter folded into ``CPUOffloadingManager``
+(``store_threshold``, ``max_tracker_size``), ``reset_cache``; 0.23 adds the
+request hooks (base.py ``on_new_request``), which change nothing in the CPU
+manager."""
+
+VLLM_0_25 = attrs.evolve(
+    VLLM_0_22,
+    name="vllm-0.25",
+    # base.py: lookup -> LookupResult {MISS, HIT, HIT_PENDING, RETRY};
+    # cpu/manager.py answers HIT_PENDING for a block whose store is in flight.
+    lookup_answer=LookupAnswer.RESULT,
+)
+"""vLLM 0.25–0.28: ``lookup`` answers a ``LookupResult``."""
+
+VLLM_0_29 = attrs.evolve(
+    VLLM_0_25,
+    name="vllm-0.29",
+    # cpu/manager.py: lookup no longer records keys; prepare_store records
+    # every offered key (_record_access) before filtering on the threshold.
+    filter_counts=FilterCounts.OFFERS,
+)
+"""vLLM 0.29–0.30: the filter counts offers."""
+
+VLLM_0_31 = attrs.evolve(
+    VLLM_0_29,
+    name="vllm-0.31",
+    # cpu/policies/base.py: CachePolicy.on_request_finished; cpu/manager.py
+    # on_request_finished hands the policy the keys the request loaded and
+    # stored, in prefix order: LRU recency and ARC's T1->T2 promotion are
+    # committed when the request finishes (cpu/policies/lru.py, arc.py), and
+    # ARC adapts its target when a request stores a ghost key
+    # (on_store_miss).
+    recency_commit=RecencyCommit.REQUEST_END,
+)
+"""vLLM 0.31–0.32: request-scoped recency."""
+
+VLLM_0_33 = attrs.evolve(
+    VLLM_0_31,
+    name="vllm-0.33",
+    # base.py: OffloadingEvent.metadata_only; cpu/manager.py complete_store
+    # with success=False appends a metadata_only removal for keys never
+    # announced stored; the engine does not publish such events.
+    private_events=True,
+)
+"""vLLM 0.33: private clean-up events."""
+
+PRESETS: tuple[Profile, ...] = (
+    VLLM_0_19,
+    VLLM_0_20,
+    VLLM_0_21,
+    VLLM_0_22,
+    VLLM_0_25,
+    VLLM_0_29,
+    VLLM_0_31,
+    VLLM_0_33,
+)
+"""Every preset, oldest generation first."""
+
+_BY_GENERATION: dict[str, Profile] = {
+    "0.19": VLLM_0_19,
+    "0.20": VLLM_0_20,
+    "0.21": VLLM_0_21,
+    "0.22": VLLM_0_22,
+    "0.23": VLLM_0_22,
+    "0.24": VLLM_0_22,
+    "0.25": VLLM_0_25,
+    "0.29": VLLM_0_29,
+    "0.30": VLLM_0_29,
+    "0.31": VLLM_0_31,
+    "0.33": VLLM_0_33,
+}
+
+
+def preset_for_generation(generation: str) -> Profile:
+    """The preset describing a generation of the contract, given as the
+    release that introduced it (``"0.19"`` ... ``"0.33"``, the values of
+    :class:`kvoffload.vllm_release.Generation`). ``KeyError`` for others."""
+    return _BY_GENERATION[generation]
+
+
+def preset(name: str) -> Profile:
+    """The preset called ``name`` (e.g. ``"vllm-0.22"``); ``KeyError`` if none."""
+    for profile in PRESETS:
+        if profile.name == name:
+            return profile
+    raise KeyError(name)
+
+
+__all__ = [
+    "PRESETS",
+    "VLLM_0_19",
+    "VLLM_0_20",
+    "VLLM_0_21",
+    "VLLM_0_22",
+    "VLLM_0_25",
+    "VLLM_0_29",
+    "VLLM_0_31",
+    "VLLM_0_33",
+    "preset",
+    "preset_for_generation",
+]

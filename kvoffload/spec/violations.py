@@ -1,0 +1,94 @@
+"""The rules a manager keeps, as one closed set, and the values that report
+breaking one.
+
+:class:`Invariant` names every rule the specification states and the kit
+checks; the specification's predicates (:mod:`kvoffload.spec.invariants`),
+the models' own checks (:class:`SpecViolation`), the conformance kit's
+reports and the documentation all use these members, so a rule has exactly
+one name. ``Invariant.X.label`` is the short text printed in reports (e.g.
+``"5 liveness"``; the number is the rule's number in docs/SPEC.md §5, 0 for
+the model's own coherence); ``Invariant.X.rule`` says the rule in a line.
+"""
+
+from __future__ import annotations
+
+import enum
+
+import attrs
+
+
+class Invariant(enum.Enum):
+    """Every rule of the specification, with its report label and its text."""
+
+    WELL_FORMED = ("0 well-formed", "the model's own bookkeeping is coherent")
+    LIFECYCLE = ("0 lifecycle", "every phase change is a row of the lifecycle table")
+    CAPACITY = (
+        "1 capacity",
+        "at most num_blocks keys tracked, their slots distinct and in range",
+    )
+    EVICTION_SAFETY = ("2 eviction safety", "only READY blocks are evicted")
+    PROTECTION = ("3 protection", "no offered key is evicted by that prepare_store")
+    ATOMICITY = ("4 atomicity", "a refused prepare_store changes nothing but what an offer records")
+    LIVENESS = ("5 liveness", "prepare_store refuses only when room does not exist")
+    EVENTS = (
+        "6 events",
+        "events alternate stored/removed per key; a consumer holds the readable keys",
+    )
+    STORE_SPEC = ("7 store spec", "store and load specs name the keys' slots, in order")
+    EVICTION = (
+        "2/3/5 eviction",
+        "the victims are those the policy allows (READY, not offered, as many as needed)",
+    )
+    POLICY_STATE = ("policy state", "the replacement policy's state is the policy model's")
+    LOOKUP = ("lookup", "lookup and lookup_prefix answer as the specification does")
+    ERRORS = ("errors", "an illegal call raises (as the profile says) and changes nothing")
+    CRASH = ("no crash", "a legal call returns")
+
+    def __init__(self, label: str, rule: str) -> None:
+        self.label = label
+        self.rule = rule
+
+    def __str__(self) -> str:
+        return self.label
+
+    def __format__(self, spec: str) -> str:
+        return format(self.label, spec)
+
+    @classmethod
+    def from_label(cls, label: str) -> Invariant:
+        """The member whose label is ``label``; ``ValueError`` if none is."""
+        for member in cls:
+            if member.label == label:
+                return member
+        raise ValueError(f"no invariant is labelled {label!r}")
+
+
+@attrs.frozen
+class Violation:
+    """An invariant that does not hold: which one, the key to blame (if one
+    is) and a readable reason."""
+
+    invariant: Invariant
+    reason: str
+    key: bytes | None = None
+
+    def __str__(self) -> str:
+        blame = f" (key {self.key!r})" if self.key is not None else ""
+        return f"invariant {self.invariant.label}{blame}: {self.reason}"
+
+
+class SpecViolation(Exception):
+    """An implementation's choice that the specification forbids.
+
+    Raised by a model's ``prepare_store`` when the ``victims`` or ``slots``
+    handed in (the implementation's) are not allowed. ``invariant`` names the
+    rule broken, ``reason`` says how.
+    """
+
+    def __init__(self, invariant: Invariant, reason: str) -> None:
+        super().__init__(f"invariant {invariant.label}: {reason}")
+        self.invariant = invariant
+        self.reason = reason
+
+
+__all__ = ["Invariant", "SpecViolation", "Violation"]
