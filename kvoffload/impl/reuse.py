@@ -106,10 +106,12 @@ class FilterReusedOffloadingManager(OffloadingManager):
     # --- intercepted -----------------------------------------------------
 
     def lookup(self, key: KeyArg, req_context: ReqContext) -> bool | None:
-        if type(key) is not bytes or len(key) < GROUP_IDX_BYTES:
-            key = validate_offload_key(key)
-        self._record(key)
-        return self.backing.lookup(key, req_context)
+        if type(key) is bytes and len(key) >= GROUP_IDX_BYTES:
+            checked = OffloadKey(key)
+        else:
+            checked = validate_offload_key(key)
+        self._record(checked)
+        return self.backing.lookup(checked, req_context)
 
     def lookup_prefix(
         self, keys: Iterable[OffloadKey], req_context: ReqContext
