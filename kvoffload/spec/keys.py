@@ -58,16 +58,18 @@ _BARE_KEY_TYPES = (bytes, bytearray, memoryview, str)
 def validate_offload_keys(keys: object) -> list[OffloadKey]:
     """``keys`` as a list of :data:`OffloadKey`, every one checked first.
 
-    Raises :class:`InvalidKeyError` (and consumes nothing more than
-    ``list(keys)``) if ``keys`` is a single key, a string or not iterable,
-    or if any key fails :func:`validate_offload_key`. The whole list is
+    Returns ``keys`` itself when it is a list. Raises
+    :class:`InvalidKeyError` if ``keys`` is a single key, a string or not
+    iterable, or if any key fails :func:`validate_offload_key`. The whole list is
     checked before the caller acts on any key, so a call that raises has
     counted, touched or changed nothing.
     """
     if isinstance(keys, _BARE_KEY_TYPES):
         raise InvalidKeyError(keys, "expected a sequence of keys, got a single key")
     try:
-        listed: list[OffloadKey] = list(keys)  # type: ignore[call-overload]
+        listed: list[OffloadKey] = (
+            keys if type(keys) is list else list(keys)  # type: ignore[call-overload]
+        )
     except TypeError:
         raise InvalidKeyError(
             keys, f"expected a sequence of keys, got {type(keys).__name__}"
