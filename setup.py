@@ -9,7 +9,8 @@ back to pure Python:
   to the sources take effect, and the install is a static path entry (strict
   editable mode) that type checkers follow;
 - mypyc or the C compiler fails (e.g. no compiler on the machine): a
-  warning, then the pure-Python wheel.
+  warning, then the pure-Python wheel (``KVOFFLOAD_REQUIRE_COMPILED=1``
+  makes that an error instead, as CI does).
 
 The pure build is the same sources, imported as plain Python; both builds
 are tested.
@@ -44,6 +45,13 @@ def _warn(message: str) -> None:
     print(f"kvoffload build: {message}", file=sys.stderr)
 
 
+def _fall_back(message: str) -> None:
+    """Say why the build is pure Python, or fail if a compiled one is required."""
+    if os.environ.get("KVOFFLOAD_REQUIRE_COMPILED", "").strip() not in ("", "0"):
+        raise SystemExit(f"kvoffload build: {message} (KVOFFLOAD_REQUIRE_COMPILED is set)")
+    _warn(f"{message}: building the pure-Python package")
+
+
 def _want_compiled() -> bool:
     if os.environ.get("KVOFFLOAD_PURE", "").strip() not in ("", "0"):
         _warn("KVOFFLOAD_PURE is set: building the pure-Python package")
@@ -62,7 +70,7 @@ def _mypyc_extensions() -> list[object]:
     try:
         from mypyc.build import mypycify
     except ImportError:
-        _warn("mypyc is not available: building the pure-Python package")
+        _fall_back("mypyc is not available")
         return []
     try:
         return list(
@@ -86,7 +94,7 @@ def _mypyc_extensions() -> list[object]:
         if isinstance(error, KeyboardInterrupt):
             raise
         traceback.print_exc()
-        _warn(f"mypyc failed ({error!r}): building the pure-Python package")
+        _fall_back(f"mypyc failed ({error!r})")
         return []
 
 
@@ -97,8 +105,8 @@ class BuildExtOrFallBack(build_ext):
         try:
             super().run()
         except Exception as error:
-            _warn(f"compiling failed ({error}): building the pure-Python package")
             self._drop_outputs()
+            _fall_back(f"compiling failed ({error})")
 
     def _drop_outputs(self) -> None:
         for ext in self.extensions:
