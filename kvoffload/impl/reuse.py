@@ -9,7 +9,6 @@ from mypy_extensions import mypyc_attr
 
 from kvoffload.impl.build import BoolArg, IntArg, KeyArg
 from kvoffload.impl.manager import check_keys, listed_keys
-
 from kvoffload.spec.contract import (
     InspectableManager,
     InspectablePolicy,

@@ -30,27 +30,41 @@ from kvoffload.spec.keys import (
 from kvoffload.spec.lifecycle import Call, Phase, PhaseKind
 
 __all__ = [
+    "AnyPolicyModel",
+    "ARCModel",
     "Call",
+    "check_state",
+    "check_step",
     "ConfigurationError",
+    "get_offload_block_hash",
+    "get_offload_group_idx",
     "IllegalTransitionError",
+    "InspectableManager",
+    "InspectablePolicy",
     "InvalidKeyError",
+    "Invariant",
     "LoadStoreSpec",
-    "OffloadKey",
+    "LRUModel",
+    "make_offload_key",
+    "ManagerModel",
     "OffloadingError",
     "OffloadingEvent",
     "OffloadingManager",
+    "OffloadKey",
     "Phase",
     "PhaseKind",
+    "POLICY_NAMES",
     "PrepareStoreOutput",
-    "InspectableManager",
-    "InspectablePolicy",
+    "render_mermaid",
     "ReqContext",
     "RequestOffloadingContext",
+    "ReuseFilterModel",
+    "SpecViolation",
+    "Step",
+    "StoreResult",
     "TransferError",
-    "get_offload_block_hash",
-    "get_offload_group_idx",
-    "make_offload_key",
     "validate_offload_key",
+    "Violation",
 ]
 
 # The formal model: lifecycle diagram, manager/policy/filter models,
@@ -93,5 +107,3 @@ def __getattr__(name: str) -> object:
 def __dir__() -> list[str]:
     return sorted({*globals(), *_LAZY})
 
-
-__all__ += sorted(_LAZY)

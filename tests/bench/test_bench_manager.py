@@ -19,8 +19,8 @@ from kvoffload.bench.manager import (
     pin_then_evict,
     replay_throughput,
 )
-from kvoffload.vllm_release import NoReleaseError, load_release, unload_release
 from kvoffload.spec.keys import make_offload_key
+from kvoffload.vllm_release import NoReleaseError, load_release, unload_release
 from kvoffload.workloads import RequestRecord, compile_trace, generate_trace
 
 FAKE_VLLM_ABSTRACT = textwrap.dedent(

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
-
 from impl_helpers import CTX, READY, cpu_manager, drive_to, key, keys, observe, probe
+
 from kvoffload.impl.manager import OffloadingManagerCore
 from kvoffload.impl.reuse import FilterReusedOffloadingManager
 from kvoffload.spec.contract import OffloadingManager
