@@ -196,13 +196,16 @@ class OffloadingManagerCore(OffloadingManager):
         if None in blocks:
             self._check_complete_load(listed)
         loaded = cast(list[BlockStatus], blocks)
+        done = 0
         for block in loaded:
-            if block.ref_cnt < 1:
-                self._check_complete_load(listed)
-        if len(set(listed)) != len(listed):
-            self._check_complete_load(listed)
-        for block in loaded:
+            if block.ref_cnt < 1:  # no load left (a repeated key counts twice)
+                break
             block.ref_cnt -= 1
+            done += 1
+        if done < len(loaded):
+            for block in loaded[:done]:
+                block.ref_cnt += 1
+            self._check_complete_load(listed)
         policy = self.policy
         if policy.tracks_unpinning():
             unpinned = [key for key, block in zip(listed, loaded) if not block.ref_cnt]
