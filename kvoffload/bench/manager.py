@@ -392,17 +392,27 @@ class BulkEviction:
         return self.evict_seconds * 1e9 / self.blocks
 
 
-def bulk_eviction(make_driver: DriverFactory, policy: str, blocks: int) -> BulkEviction:
+def bulk_eviction(
+    make_driver: DriverFactory, policy: str, blocks: int, gc_off: bool = False
+) -> BulkEviction:
     """Fill a cache of ``blocks`` blocks in one store, then replace every
-    block in one store."""
+    block in one store (with Python's cyclic garbage collector paused
+    during both timed calls when ``gc_off``)."""
     driver = make_driver(blocks, policy)
     driver.begin("bulk")
-    fill = _fill(driver, 0, blocks)
-    keys = [_bench_key(i) for i in range(blocks, 2 * blocks)]
-    gc.collect()
-    started = time.perf_counter()
-    output = driver.prepare_store(keys)
-    seconds = time.perf_counter() - started
+    was_enabled = gc.isenabled()
+    try:
+        if gc_off:
+            gc.disable()
+        fill = _fill(driver, 0, blocks)
+        keys = [_bench_key(i) for i in range(blocks, 2 * blocks)]
+        gc.collect()
+        started = time.perf_counter()
+        output = driver.prepare_store(keys)
+        seconds = time.perf_counter() - started
+    finally:
+        if was_enabled:
+            gc.enable()
     if output is None or output[1] != blocks:
         raise OffloadingError("the bulk scenario did not evict every block")
     return BulkEviction(blocks, fill, seconds)
@@ -527,6 +537,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="pinned blocks for the first-eviction case (default 100000)")
     parser.add_argument("--bulk", type=_int_list, default=[1_000_000], metavar="LIST",
                         help="cache sizes for the bulk-eviction case (default 1000000)")
+    parser.add_argument("--bulk-gc-off", action="store_true",
+                        help="also run the bulk case with the cyclic garbage collector "
+                             "paused, to show what collection costs")
 
 
 @attrs.frozen
@@ -636,13 +649,16 @@ def _print_worst_cases(args: argparse.Namespace, runners: list[Contender]) -> No
           "blocks (every block a victim); the store that filled it")
     print(f"{'policy':<7}{'manager':<14}{'M':>9}{'fill':>11}{'evict all':>12}"
           f"{'per victim':>12}")
+    modes = [False, True] if args.bulk_gc_off else [False]
     for policy in args.policy:
         for blocks in args.bulk:
             for runner in runners:
-                bulk = bulk_eviction(runner.make_driver, policy, blocks)
-                print(f"{policy:<7}{runner.label:<14}{blocks:>9}"
-                      f"{bulk.fill_seconds:>10.2f}s{bulk.evict_seconds:>11.2f}s"
-                      f"{_fmt_ns(bulk.per_victim_ns):>12}")
+                for gc_off in modes:
+                    bulk = bulk_eviction(runner.make_driver, policy, blocks, gc_off)
+                    print(f"{policy:<7}{runner.label:<14}{blocks:>9}"
+                          f"{bulk.fill_seconds:>10.2f}s{bulk.evict_seconds:>11.2f}s"
+                          f"{_fmt_ns(bulk.per_victim_ns):>12}"
+                          f"{'  (gc paused)' if gc_off else ''}")
 
 
 def run(args: argparse.Namespace) -> int:
