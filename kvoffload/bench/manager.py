@@ -1,6 +1,6 @@
-"""``python -m kvoffload bench manager``: manager throughput and eviction cost.
+"""``python -m kvoffload bench manager``: manager throughput and worst cases.
 
-Two measurements, for each policy (``lru``, ``arc``):
+Measurements, for each policy (``lru``, ``arc``):
 
 Throughput
     A prefix-caching workload (``multi-turn``: conversations over shared
@@ -17,12 +17,26 @@ Eviction cost
     — which must evict one block — is timed, ``--repeats`` times (each
     followed, untimed, by ``complete_store``). The figure is the median.
 
+Worst cases (``--worst-case``)
+    kvoffload's manager only. *First eviction after a big pin*:
+    ``prepare_load`` pins the ``N`` least
+    recent blocks of a full cache (timed), then the first ``prepare_store``
+    that evicts (timed), for ``N`` in ``--pin``. *Bulk eviction*: a full
+    cache of ``M`` blocks, then one ``prepare_store`` of ``M`` new keys that
+    evicts all ``M`` (timed: per victim), for ``M`` in ``--bulk``; the
+    ``prepare_store`` that filled it is timed too. *Key checks*: what the
+    malformed-key checks cost per key and per call.
+
 With ``--vllm-path DIR`` the same measurements run, interleaved in the same
-process, on vLLM's own ``CPUOffloadingManager``: ``DIR`` holds an unpacked
-``vllm/v1/kv_offload/`` tree (e.g. from ``pip download --no-deps
-vllm==0.19.0``; only that directory is needed), loaded unchanged behind
-import shims for the two names it takes from the rest of vLLM. vLLM is never
-a dependency and none of its code is part of this package.
+process, on a released vLLM's own ``CPUOffloadingManager``: ``DIR`` holds a
+release (see :mod:`kvoffload.vllm_release`; ``scripts/fetch_vllm.py`` makes
+one), loaded unchanged behind stand-ins for the few other vLLM modules it
+imports. Any generation is driven by what it has: the block-hash API of
+0.19, per-key ``lookup`` (``LookupResult`` answers) from 0.20, request
+hooks, and request-scoped recency (0.31 on: ``on_request_finished`` commits
+recency and the scheduler never calls ``touch``, so neither does the
+driver). vLLM is never a dependency and none of its code is part of this
+package.
 
 Timings are printed, never asserted.
 """
@@ -31,29 +45,26 @@ from __future__ import annotations
 
 import argparse
 import gc
-import importlib
+import os
+import platform
 import statistics
 import sys
 import time
-import types
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, NewType, Protocol
+from typing import Any, Protocol
 
 import attrs
 
-from kvoffload.impl.manager import CPUOffloadingManager
+from kvoffload.impl.build import build_name
+from kvoffload.impl.manager import CPUOffloadingManager, check_keys, listed_keys
 from kvoffload.spec.contract import ReqContext
 from kvoffload.spec.errors import ConfigurationError, OffloadingError
 from kvoffload.spec.keys import OffloadKey, make_offload_key
-from kvoffload.spec.policies import IMPLEMENTABLE_POLICY_NAMES
+from kvoffload.vllm_release import VllmRelease, VllmReleaseError, load_release
 from kvoffload.workloads import WORKLOADS, generate_trace
 
-POLICIES = IMPLEMENTABLE_POLICY_NAMES
-
-
-class VllmUnavailableError(OffloadingError):
-    """``--vllm-path`` does not hold a loadable ``vllm/v1/kv_offload`` tree."""
+POLICIES = ("lru", "arc")
 
 
 # --- drivers: one thin face over each manager ----------------------------
@@ -72,6 +83,7 @@ class ManagerDriver(Protocol):
         self, keys: list[OffloadKey]
     ) -> tuple[Sequence[OffloadKey], int] | None: ...
     def complete_store(self, keys: Sequence[OffloadKey]) -> None: ...
+    def end(self) -> None: ...
     def take_events(self) -> int: ...
 
 
@@ -108,101 +120,97 @@ class KvoffloadDriver:
     def complete_store(self, keys: Sequence[OffloadKey]) -> None:
         self.manager.complete_store(keys, self._ctx)
 
+    def end(self) -> None:
+        return None
+
     def take_events(self) -> int:
         return len(self.manager.take_events())
 
 
-class VllmDriver:
-    """Drives vLLM's ``CPUOffloadingManager`` (block-hash list API: no
-    request context, ``lookup`` returns the hit prefix length)."""
+class ReleaseDriver:
+    """Drives a released vLLM's ``CPUOffloadingManager``, in the calls its
+    generation has (see the module docstring)."""
 
-    def __init__(self, manager_cls: Any, num_blocks: int, policy: str) -> None:
-        self.manager = manager_cls(
-            block_size=16, num_blocks=num_blocks, cache_policy=policy, enable_events=True
-        )
+    def __init__(self, release: VllmRelease, num_blocks: int, policy: str) -> None:
+        self.release = release
+        self.manager: Any = release.new_manager(num_blocks, policy, enable_events=True)
+        features = release.features
+        self._hash_api = features.block_hash_api
+        self._touch_ctx = features.touch_context
+        self._complete_ctx = features.complete_context
+        self._hooks = features.request_hooks
+        self._calls_touch = not features.request_recency
+        hit = release.lookup_result
+        self._hit: object = True if hit is None else hit["HIT"]
+        self._ctx: Any = release.new_context("")
 
     def begin(self, req_id: str) -> None:
-        return None
+        if self._hash_api:
+            return
+        self._ctx = self.release.new_context(req_id)
+        if self._hooks:
+            self.manager.on_new_request(self._ctx)
 
     def lookup_prefix(self, keys: list[OffloadKey]) -> int:
-        hits: int = self.manager.lookup(keys)
-        return hits
+        if self._hash_api:
+            hits: int = self.manager.lookup(keys)
+            return hits
+        lookup, ctx, hit = self.manager.lookup, self._ctx, self._hit
+        count = 0
+        for key in keys:
+            if lookup(key, ctx) != hit:
+                break
+            count += 1
+        return count
 
     def prepare_load(self, keys: list[OffloadKey]) -> None:
-        self.manager.prepare_load(keys)
+        if self._hash_api:
+            self.manager.prepare_load(keys)
+        else:
+            self.manager.prepare_load(keys, self._ctx)
 
     def complete_load(self, keys: list[OffloadKey]) -> None:
-        self.manager.complete_load(keys)
+        if self._complete_ctx:
+            self.manager.complete_load(keys, self._ctx)
+        else:
+            self.manager.complete_load(keys)
 
     def touch(self, keys: list[OffloadKey]) -> None:
-        self.manager.touch(keys)
+        if not self._calls_touch:
+            return
+        if self._touch_ctx:
+            self.manager.touch(keys, self._ctx)
+        else:
+            self.manager.touch(keys)
 
     def prepare_store(
         self, keys: list[OffloadKey]
     ) -> tuple[Sequence[OffloadKey], int] | None:
-        output = self.manager.prepare_store(keys)
+        if self._hash_api:
+            output = self.manager.prepare_store(keys)
+            if output is None:
+                return None
+            return output.block_hashes_to_store, len(output.block_hashes_evicted)
+        output = self.manager.prepare_store(keys, self._ctx)
         if output is None:
             return None
-        return output.block_hashes_to_store, len(output.block_hashes_evicted)
+        return output.keys_to_store, len(output.evicted_keys)
 
     def complete_store(self, keys: Sequence[OffloadKey]) -> None:
-        self.manager.complete_store(keys)
+        if self._complete_ctx:
+            self.manager.complete_store(keys, self._ctx)
+        else:
+            self.manager.complete_store(keys)
+
+    def end(self) -> None:
+        if self._hooks:
+            self.manager.on_request_finished(self._ctx)
 
     def take_events(self) -> int:
         return sum(1 for _ in self.manager.take_events())
 
 
 DriverFactory = Callable[[int, str], ManagerDriver]
-
-
-def load_vllm(path: str | Path) -> tuple[type[Any], str]:
-    """vLLM's ``CPUOffloadingManager`` class from the tree under ``path``,
-    and a label naming its version when the tree says it.
-
-    The modules are loaded unchanged; ``vllm.v1.core.kv_cache_utils`` (for
-    ``BlockHash``) is a shim. Raises :class:`VllmUnavailableError` when
-    ``path`` has no ``vllm/v1/kv_offload/cpu/manager.py`` or another
-    ``vllm`` is already imported.
-    """
-    root = Path(path)
-    package_dir = root / "vllm"
-    if not (package_dir / "v1" / "kv_offload" / "cpu" / "manager.py").is_file():
-        raise VllmUnavailableError(
-            f"{root} has no vllm/v1/kv_offload/cpu/manager.py; unpack it with e.g. "
-            "`pip download --no-deps vllm==0.19.0 -d W && unzip W/vllm-*.whl "
-            f"'vllm/v1/kv_offload/*' 'vllm-*.dist-info/METADATA' -d {root}`"
-        )
-    existing = sys.modules.get("vllm")
-    if existing is not None and getattr(existing, "__path__", None) != [str(package_dir)]:
-        raise VllmUnavailableError("another vllm package is already imported")
-    shims: dict[str, list[str] | None] = {
-        "vllm": [str(package_dir)],
-        "vllm.v1": [str(package_dir / "v1")],
-        "vllm.v1.core": [],
-        "vllm.v1.core.kv_cache_utils": None,
-    }
-    for name, search_path in shims.items():
-        if name in sys.modules:
-            continue
-        module = types.ModuleType(name)
-        if search_path is not None:
-            module.__path__ = search_path
-        sys.modules[name] = module
-    utils = sys.modules["vllm.v1.core.kv_cache_utils"]
-    if not hasattr(utils, "BlockHash"):
-        utils.BlockHash = NewType("BlockHash", bytes)  # type: ignore[attr-defined]
-    try:
-        manager_module = importlib.import_module("vllm.v1.kv_offload.cpu.manager")
-    except ImportError as error:
-        raise VllmUnavailableError(f"cannot import vLLM's manager from {root}: {error}") from None
-    version = "vllm"
-    for metadata in sorted(root.glob("vllm-*.dist-info/METADATA")):
-        for line in metadata.read_text(encoding="utf-8", errors="replace").splitlines():
-            if line.startswith("Version:"):
-                version = f"vllm-{line.split(':', 1)[1].strip()}"
-                break
-    manager_cls: type[Any] = manager_module.CPUOffloadingManager
-    return manager_cls, version
 
 
 # --- throughput -----------------------------------------------------------
@@ -236,7 +244,7 @@ def replay_throughput(
     """Replay every chain through ``driver`` (the protocol in the module doc)."""
     begin, lookup_prefix = driver.begin, driver.lookup_prefix
     prepare_load, complete_load = driver.prepare_load, driver.complete_load
-    touch, take_events = driver.touch, driver.take_events
+    touch, take_events, end = driver.touch, driver.take_events, driver.end
     prepare_store, complete_store = driver.prepare_store, driver.complete_store
     ops = refs = hit_blocks = evicted = events = 0
     gc.collect()
@@ -264,6 +272,7 @@ def replay_throughput(
                 if to_store:
                     complete_store(to_store)
                     ops += len(to_store)
+        end()
         events += take_events()
     seconds = time.perf_counter() - started
     return ThroughputResult(ops, refs, hit_blocks, evicted, events, seconds)
@@ -315,6 +324,153 @@ def eviction_cost_ns(
     return float(statistics.median(samples))
 
 
+def _fill(driver: ManagerDriver, first: int, count: int) -> float:
+    """Store and complete keys ``first .. first + count - 1`` in one call
+    each; the seconds the ``prepare_store`` took."""
+    keys = [_bench_key(i) for i in range(first, first + count)]
+    gc.collect()
+    started = time.perf_counter()
+    output = driver.prepare_store(keys)
+    seconds = time.perf_counter() - started
+    if output is None or len(output[0]) != count:
+        raise OffloadingError("filling the cache was refused")
+    driver.complete_store(output[0])
+    driver.take_events()
+    return seconds
+
+
+@attrs.frozen
+class PinThenEvict:
+    """``prepare_load`` of ``pinned`` blocks, then the first evicting store."""
+
+    pinned: int
+    pin_seconds: float
+    first_eviction_seconds: float
+    later_eviction_seconds: float
+
+    @property
+    def ratio(self) -> float:
+        return self.first_eviction_seconds / self.pin_seconds
+
+
+def pin_then_evict(
+    make_driver: DriverFactory, policy: str, pinned: int, unpinned: int = 1024
+) -> PinThenEvict:
+    """A full cache of ``pinned + unpinned`` blocks; one ``prepare_load`` of
+    the ``pinned`` least recent (timed), then the first ``prepare_store``
+    of one new key, which evicts one block (timed), then a second one."""
+    driver = make_driver(pinned + unpinned, policy)
+    driver.begin("fill")
+    _fill(driver, 0, pinned + unpinned)
+    keys = [_bench_key(i) for i in range(pinned)]
+    gc.collect()
+    started = time.perf_counter()
+    driver.prepare_load(keys)
+    pin_seconds = time.perf_counter() - started
+    timings = []
+    for index in (pinned + unpinned, pinned + unpinned + 1):
+        started = time.perf_counter()
+        output = driver.prepare_store([_bench_key(index)])
+        timings.append(time.perf_counter() - started)
+        if output is None or output[1] != 1:
+            raise OffloadingError("the pin scenario did not evict exactly one block")
+        driver.complete_store(output[0])
+    return PinThenEvict(pinned, pin_seconds, timings[0], timings[1])
+
+
+@attrs.frozen
+class BulkEviction:
+    """One ``prepare_store`` of ``blocks`` new keys into a full cache of
+    ``blocks`` blocks (every block a victim), and the store that filled it."""
+
+    blocks: int
+    fill_seconds: float
+    evict_seconds: float
+
+    @property
+    def per_victim_ns(self) -> float:
+        return self.evict_seconds * 1e9 / self.blocks
+
+
+def bulk_eviction(
+    make_driver: DriverFactory, policy: str, blocks: int, gc_off: bool = False
+) -> BulkEviction:
+    """Fill a cache of ``blocks`` blocks in one store, then replace every
+    block in one store (with Python's cyclic garbage collector paused
+    during both timed calls when ``gc_off``)."""
+    driver = make_driver(blocks, policy)
+    driver.begin("bulk")
+    was_enabled = gc.isenabled()
+    try:
+        if gc_off:
+            gc.disable()
+        fill = _fill(driver, 0, blocks)
+        keys = [_bench_key(i) for i in range(blocks, 2 * blocks)]
+        gc.collect()
+        started = time.perf_counter()
+        output = driver.prepare_store(keys)
+        seconds = time.perf_counter() - started
+    finally:
+        if was_enabled:
+            gc.enable()
+    if output is None or output[1] != blocks:
+        raise OffloadingError("the bulk scenario did not evict every block")
+    return BulkEviction(blocks, fill, seconds)
+
+
+@attrs.frozen
+class KeyCheckCost:
+    """What the malformed-key checks cost on the replay's own chains."""
+
+    keys: int
+    calls: int
+    seconds: float
+
+    @property
+    def per_key_ns(self) -> float:
+        return self.seconds * 1e9 / self.keys if self.keys else 0.0
+
+    @property
+    def per_call_ns(self) -> float:
+        return self.seconds * 1e9 / self.calls if self.calls else 0.0
+
+
+def key_check_cost(key_chains: Sequence[list[OffloadKey]], rounds: int = 3) -> KeyCheckCost:
+    """Best of ``rounds`` passes of the managers' list check (``listed_keys``
+    then ``check_keys``, what ``touch`` and ``prepare_store`` run before
+    acting) over every chain."""
+    best = float("inf")
+    for _ in range(rounds):
+        gc.collect()
+        started = time.perf_counter()
+        for chain in key_chains:
+            check_keys(listed_keys(chain))
+        best = min(best, time.perf_counter() - started)
+    keys = sum(len(chain) for chain in key_chains)
+    return KeyCheckCost(keys, len(key_chains), best)
+
+
+def machine_description() -> str:
+    """CPU model, cores, load average, Python and the kvoffload build."""
+    model = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    try:
+        load = "load average " + " ".join(f"{value:.2f}" for value in os.getloadavg())
+    except OSError:
+        load = "load average unknown"
+    return (
+        f"{model}, {os.cpu_count()} cores, {load}; "
+        f"python {platform.python_version()}; kvoffload build: {build_name()}"
+    )
+
+
 # --- command line ---------------------------------------------------------
 
 
@@ -361,15 +517,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="fresh replays per manager; the best is kept (default 3)")
     parser.add_argument("--pinned", type=_int_list, default=[1_000, 10_000, 100_000],
                         metavar="LIST",
-                        help="pinned-block counts for the eviction cost (default 1000,10000,100000)")
+                        help="pinned-block counts for the eviction cost "
+                             "(default 1000,10000,100000)")
     parser.add_argument("--unpinned", type=_positive_int, default=1024,
                         help="evictable blocks beside the pinned ones (default 1024)")
     parser.add_argument("--repeats", type=_positive_int, default=101,
                         help="timed evictions per point; the median is reported (default 101)")
     parser.add_argument("--vllm-path", type=Path, default=None, metavar="DIR",
-                        help="directory holding vllm/v1/kv_offload/ to run vLLM's manager side by side")
+                        help="a vLLM release (a directory holding vllm/v1/kv_offload/) "
+                             "to run its manager side by side")
     parser.add_argument("--skip-eviction", action="store_true",
-                        help="only the throughput replay")
+                        help="no eviction-cost table")
+    parser.add_argument("--skip-throughput", action="store_true",
+                        help="no throughput replay")
+    parser.add_argument("--worst-case", action="store_true",
+                        help="also the worst cases: first eviction after a big pin, "
+                             "bulk eviction, key-check cost")
+    parser.add_argument("--pin", type=_int_list, default=[100_000], metavar="LIST",
+                        help="pinned blocks for the first-eviction case (default 100000)")
+    parser.add_argument("--bulk", type=_int_list, default=[1_000_000], metavar="LIST",
+                        help="cache sizes for the bulk-eviction case (default 1000000)")
+    parser.add_argument("--bulk-gc-off", action="store_true",
+                        help="also run the bulk case with the cyclic garbage collector "
+                             "paused, to show what collection costs")
 
 
 @attrs.frozen
@@ -381,15 +551,19 @@ class Contender:
 
 
 def contenders(vllm_path: Path | None) -> list[Contender]:
-    """kvoffload, and vLLM's manager when ``vllm_path`` is given."""
+    """kvoffload, and the vLLM release under ``vllm_path`` when given.
+
+    Raises :class:`~kvoffload.vllm_release.VllmReleaseError` when it cannot
+    be loaded.
+    """
     result = [Contender("kvoffload", KvoffloadDriver)]
     if vllm_path is not None:
-        manager_cls, label = load_vllm(vllm_path)
+        release = load_release(vllm_path)
 
         def make_vllm(num_blocks: int, policy: str) -> ManagerDriver:
-            return VllmDriver(manager_cls, num_blocks, policy)
+            return ReleaseDriver(release, num_blocks, policy)
 
-        result.append(Contender(label, make_vllm))
+        result.append(Contender(f"vllm-{release.version}", make_vllm))
     return result
 
 
@@ -401,56 +575,109 @@ def _fmt_ns(value: float) -> str:
     return f"{value / 1000:.1f} us" if value >= 1000 else f"{value:.0f} ns"
 
 
+def _print_throughput(
+    args: argparse.Namespace, runners: list[Contender], trace: Any
+) -> None:
+    key_chains = trace.key_chains()
+    print(f"\nthroughput: block operations per second, best of {args.rounds} rounds")
+    print(f"{'policy':<7}{'manager':<14}{'block-ops/s':>13}{'hit ratio':>11}"
+          f"{'hit blocks':>12}{'evicted':>10}{'seconds':>9}")
+    for policy in args.policy:
+        best: dict[str, ThroughputResult] = {}
+        for _ in range(args.rounds):
+            for runner in runners:  # interleaved, so drift hits both alike
+                result = replay_throughput(
+                    runner.make_driver(args.capacity, policy), key_chains, trace.req_ids
+                )
+                previous = best.get(runner.label)
+                if previous is None or result.seconds < previous.seconds:
+                    best[runner.label] = result
+        for runner in runners:
+            r = best[runner.label]
+            print(f"{policy:<7}{runner.label:<14}{_fmt_rate(r.ops_per_second):>13}"
+                  f"{r.hit_ratio:>11.4f}{r.hit_blocks:>12}{r.blocks_evicted:>10}"
+                  f"{r.seconds:>9.2f}")
+        if len(runners) > 1:
+            ours, theirs = best[runners[0].label], best[runners[1].label]
+            same = (ours.hit_blocks, ours.blocks_evicted) == (
+                theirs.hit_blocks, theirs.blocks_evicted
+            )
+            print(f"{policy:<7}speedup {ours.ops_per_second / theirs.ops_per_second:.2f}x; "
+                  f"hit ratios {'identical' if same else 'DIFFER'} "
+                  f"({ours.hit_blocks} vs {theirs.hit_blocks} hit blocks)")
+    check = key_check_cost(key_chains)
+    print(f"\nkey checks (listed_keys + check_keys, as touch and prepare_store run "
+          f"them, over every chain): {check.per_key_ns:.1f} ns per key, "
+          f"{check.per_call_ns / 1000:.2f} us per call "
+          f"({check.keys} keys in {check.calls} calls)")
+
+
+def _print_eviction(args: argparse.Namespace, runners: list[Contender]) -> None:
+    print(f"\neviction cost: median time of one prepare_store that evicts one "
+          f"block, N least-recent blocks pinned, {args.unpinned} evictable, "
+          f"{args.repeats} repeats")
+    print(f"{'policy':<7}{'pinned N':>9}" + "".join(f"{r.label:>14}" for r in runners))
+    for policy in args.policy:
+        for pinned in args.pinned:
+            cells = [
+                _fmt_ns(eviction_cost_ns(r.make_driver, policy, pinned,
+                                         args.unpinned, args.repeats))
+                for r in runners
+            ]
+            print(f"{policy:<7}{pinned:>9}" + "".join(f"{c:>14}" for c in cells))
+
+
+def _print_worst_cases(args: argparse.Namespace, runners: list[Contender]) -> None:
+    # kvoffload only: vLLM's victim search rescans pinned blocks on every
+    # eviction and its bulk eviction is far slower (see the eviction table)
+    runners = runners[:1]
+    print(f"\nfirst eviction after a big pin: prepare_load of N least-recent blocks "
+          f"of a full cache ({args.unpinned} more evictable), then the first and "
+          f"second prepare_store that evict one block")
+    print(f"{'policy':<7}{'manager':<14}{'pinned N':>9}{'prepare_load':>14}"
+          f"{'1st evict':>12}{'ratio':>8}{'2nd evict':>12}")
+    for policy in args.policy:
+        for pinned in args.pin:
+            for runner in runners:
+                case = pin_then_evict(runner.make_driver, policy, pinned, args.unpinned)
+                print(f"{policy:<7}{runner.label:<14}{pinned:>9}"
+                      f"{_fmt_ns(case.pin_seconds * 1e9):>14}"
+                      f"{_fmt_ns(case.first_eviction_seconds * 1e9):>12}"
+                      f"{case.ratio:>7.2f}x"
+                      f"{_fmt_ns(case.later_eviction_seconds * 1e9):>12}")
+    print("\nbulk eviction: one prepare_store of M new keys into a full cache of M "
+          "blocks (every block a victim); the store that filled it")
+    print(f"{'policy':<7}{'manager':<14}{'M':>9}{'fill':>11}{'evict all':>12}"
+          f"{'per victim':>12}")
+    modes = [False, True] if args.bulk_gc_off else [False]
+    for policy in args.policy:
+        for blocks in args.bulk:
+            for runner in runners:
+                for gc_off in modes:
+                    bulk = bulk_eviction(runner.make_driver, policy, blocks, gc_off)
+                    print(f"{policy:<7}{runner.label:<14}{blocks:>9}"
+                          f"{bulk.fill_seconds:>10.2f}s{bulk.evict_seconds:>11.2f}s"
+                          f"{_fmt_ns(bulk.per_victim_ns):>12}"
+                          f"{'  (gc paused)' if gc_off else ''}")
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         runners = contenders(args.vllm_path)
         trace = generate_trace(args.workload, args.requests, args.seed)
-        key_chains = trace.key_chains()
+        print(f"machine: {machine_description()}")
         print(
             f"workload {args.workload} (seed {args.seed}): {trace.num_requests} requests, "
             f"{trace.num_block_refs} block references, {trace.num_blocks} distinct blocks; "
-            f"capacity {args.capacity} blocks; events on; python {sys.version.split()[0]}"
+            f"capacity {args.capacity} blocks; events on"
         )
-        print(f"\nthroughput: block operations per second, best of {args.rounds} rounds")
-        print(f"{'policy':<7}{'manager':<14}{'block-ops/s':>13}{'hit ratio':>11}"
-              f"{'hit blocks':>12}{'evicted':>10}{'seconds':>9}")
-        for policy in args.policy:
-            best: dict[str, ThroughputResult] = {}
-            for _ in range(args.rounds):
-                for runner in runners:  # interleaved, so drift hits both alike
-                    result = replay_throughput(
-                        runner.make_driver(args.capacity, policy), key_chains, trace.req_ids
-                    )
-                    previous = best.get(runner.label)
-                    if previous is None or result.seconds < previous.seconds:
-                        best[runner.label] = result
-            for runner in runners:
-                r = best[runner.label]
-                print(f"{policy:<7}{runner.label:<14}{_fmt_rate(r.ops_per_second):>13}"
-                      f"{r.hit_ratio:>11.4f}{r.hit_blocks:>12}{r.blocks_evicted:>10}"
-                      f"{r.seconds:>9.2f}")
-            if len(runners) > 1:
-                ours, theirs = best[runners[0].label], best[runners[1].label]
-                same = (ours.hit_blocks, ours.blocks_evicted) == (
-                    theirs.hit_blocks, theirs.blocks_evicted
-                )
-                print(f"{policy:<7}speedup {ours.ops_per_second / theirs.ops_per_second:.2f}x; "
-                      f"hit ratios {'identical' if same else 'DIFFER'} "
-                      f"({ours.hit_blocks} vs {theirs.hit_blocks} hit blocks)")
+        if not args.skip_throughput:
+            _print_throughput(args, runners, trace)
         if not args.skip_eviction:
-            print(f"\neviction cost: median time of one prepare_store that evicts one "
-                  f"block, N least-recent blocks pinned, {args.unpinned} evictable, "
-                  f"{args.repeats} repeats")
-            print(f"{'policy':<7}{'pinned N':>9}" + "".join(f"{r.label:>14}" for r in runners))
-            for policy in args.policy:
-                for pinned in args.pinned:
-                    cells = [
-                        _fmt_ns(eviction_cost_ns(r.make_driver, policy, pinned,
-                                                 args.unpinned, args.repeats))
-                        for r in runners
-                    ]
-                    print(f"{policy:<7}{pinned:>9}" + "".join(f"{c:>14}" for c in cells))
-    except (OffloadingError, ConfigurationError, OSError) as error:
+            _print_eviction(args, runners)
+        if args.worst_case:
+            _print_worst_cases(args, runners)
+    except (OffloadingError, ConfigurationError, VllmReleaseError, OSError) as error:
         print(f"bench manager: error: {error}", file=sys.stderr)
         return 2
     return 0

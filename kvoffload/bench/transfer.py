@@ -21,6 +21,7 @@ import argparse
 import json
 import platform
 import statistics
+import sys
 import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
@@ -232,11 +233,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="also write the figures as JSON to PATH")
 
 
+TORCH_ADVICE = (
+    "bench transfer needs torch (the worker-side extra).\n"
+    "  On a GPU machine, the CUDA build (what the worker side is for):\n"
+    "    pip install torch==2.13.0\n"
+    "  Without a GPU, PyTorch's CPU build from its CPU wheel index (from the public\n"
+    "  index, torch==2.13.0 is the CUDA build, gigabytes of CUDA packages):\n"
+    "    pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu"
+)
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         import torch
     except ImportError:
-        print("bench transfer needs torch: pip install torch")
+        print(TORCH_ADVICE, file=sys.stderr)
         return 2
     device = args.device
     if device == "auto":

@@ -1,11 +1,14 @@
-"""Slot pools and spec builders (reference 002's ``Backend``)."""
+"""Slot pools and spec builders (``Backend``)."""
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
+from mypy_extensions import mypyc_attr
+
 from kvoffload.impl.block import BlockStatus
+from kvoffload.impl.build import IntArg
 from kvoffload.impl.specs import CPULoadStoreSpec
 from kvoffload.spec.contract import LoadStoreSpec
 from kvoffload.spec.errors import ConfigurationError, OffloadingError
@@ -21,12 +24,13 @@ def require_positive_int(name: str, value: object) -> int:
     return value
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Backend(ABC):
     """A pool of block slots in one medium, and how to describe them."""
 
-    def __init__(self, block_size: int, medium: str) -> None:
-        self.block_size = require_positive_int("block_size", block_size)
-        self.medium = medium
+    def __init__(self, block_size: IntArg, medium: str) -> None:
+        self.block_size: int = require_positive_int("block_size", block_size)
+        self.medium: str = medium
 
     @abstractmethod
     def get_num_free_blocks(self) -> int:
@@ -59,13 +63,14 @@ class Backend(ABC):
             self.free(block)
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class CPUBackend(Backend):
     """``num_blocks`` CPU slots. Never-used slots are handed out in ascending
     order first, then freed slots, last freed first."""
 
-    def __init__(self, block_size: int, num_blocks: int) -> None:
+    def __init__(self, block_size: IntArg, num_blocks: IntArg) -> None:
         super().__init__(block_size, CPULoadStoreSpec.medium())
-        self.num_blocks = require_positive_int("num_blocks", num_blocks)
+        self.num_blocks: int = require_positive_int("num_blocks", num_blocks)
         self._num_allocated = 0
         self._free_list: list[int] = []
 

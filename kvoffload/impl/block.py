@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from mypy_extensions import mypyc_attr
 
+
+@mypyc_attr(allow_interpreted_subclasses=True)
 class BlockStatus:
     """Offloading status of one block.
 
@@ -11,11 +14,13 @@ class BlockStatus:
     (LOADING(n)). ``block_id`` is the slot in the backend's pool.
     """
 
-    __slots__ = ("ref_cnt", "block_id")
+    __slots__ = ("ref_cnt", "block_id", "park_seq")
 
     def __init__(self, block_id: int) -> None:
         self.ref_cnt: int = -1
         self.block_id: int = block_id
+        # when a recency order set the block aside while pinned: its age there
+        self.park_seq: int = 0
 
     @property
     def is_ready(self) -> bool:

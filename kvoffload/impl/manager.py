@@ -8,14 +8,21 @@ prepare/complete skeletons over a :class:`Backend` (slots) and a
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable
 from itertools import takewhile
-from operator import attrgetter
 from typing import cast
+
+from mypy_extensions import mypyc_attr
 
 from kvoffload.impl.backend import Backend, CPUBackend, require_positive_int
 from kvoffload.impl.block import BlockStatus
-from kvoffload.impl.policies import CachePolicy, LRUCachePolicy, make_cache_policy
+from kvoffload.impl.build import BoolArg, IntArg, KeyArg, StrArg
+from kvoffload.impl.policies import (
+    CachePolicy,
+    LRUCachePolicy,
+    make_cache_policy,
+    require_policy_name,
+)
 from kvoffload.spec.contract import (
     LoadStoreSpec,
     OffloadingEvent,
@@ -24,27 +31,61 @@ from kvoffload.spec.contract import (
     ReqContext,
 )
 from kvoffload.spec.errors import IllegalTransitionError, OffloadingError
-from kvoffload.spec.keys import GROUP_IDX_BYTES, OffloadKey, validate_offload_key
+from kvoffload.spec.keys import (
+    GROUP_IDX_BYTES,
+    OffloadKey,
+    validate_offload_key,
+    validate_offload_keys,
+)
 from kvoffload.spec.lifecycle import Call, Phase
 
+_BARE_KEY_TYPES = (bytes, bytearray, memoryview, str)
 
-_REF_CNT = attrgetter("ref_cnt")
 
+def listed_keys(keys: object) -> list[OffloadKey]:
+    """``keys`` as a list (itself when it is one), the keys not yet checked.
 
-def check_offered_keys(offered: Sequence[object]) -> None:
-    """Raise :class:`InvalidKeyError` for the first offered key that is not
-    ``bytes`` of at least the group-index length (a C-speed check first)."""
+    Raises :class:`InvalidKeyError` when ``keys`` is a single key or a
+    string, or is not iterable.
+    """
+    if type(keys) is list:
+        return cast(list[OffloadKey], keys)
+    if isinstance(keys, _BARE_KEY_TYPES):
+        validate_offload_keys(keys)  # raises
     try:
-        if set(map(type, offered)) <= {bytes} and min(
-            map(len, cast(Sequence[bytes], offered)), default=GROUP_IDX_BYTES
-        ) >= GROUP_IDX_BYTES:
-            return
+        return list(cast(Iterable[OffloadKey], keys))
     except TypeError:
-        pass
-    for key in offered:
-        validate_offload_key(key)
+        return validate_offload_keys(keys)  # raises
 
 
+# Whether this module runs compiled (mypyc): then a plain loop is the fastest
+# key check; interpreted, the spec's C-speed validator is.
+_COMPILED = not __file__.endswith(".py")
+
+
+def check_keys(keys: list[OffloadKey]) -> None:
+    """Raise :class:`InvalidKeyError` for the first key of ``keys`` that is
+    not ``bytes`` of at least the group-index length."""
+    if _COMPILED:
+        # a native loop (each item is checked as bytes on the way)
+        try:
+            for key in keys:
+                if len(key) < GROUP_IDX_BYTES:
+                    break
+            else:
+                return
+        except TypeError:
+            pass
+    validate_offload_keys(keys)
+
+
+def reject_keys(keys: object) -> None:
+    """Raise :class:`InvalidKeyError` if any of ``keys`` is malformed (used
+    where a call found an unknown or unhashable key, before it says so)."""
+    validate_offload_keys(keys)
+
+
+@mypyc_attr(allow_interpreted_subclasses=True)
 class OffloadingManagerCore(OffloadingManager):
     """An :class:`OffloadingManager` over a backend and a cache policy.
 
@@ -54,7 +95,7 @@ class OffloadingManagerCore(OffloadingManager):
     """
 
     def __init__(
-        self, backend: Backend, policy: CachePolicy, enable_events: bool = False
+        self, backend: Backend, policy: CachePolicy, enable_events: BoolArg = False
     ) -> None:
         self.backend = backend
         self.policy = policy
@@ -67,13 +108,28 @@ class OffloadingManagerCore(OffloadingManager):
 
     # --- reads -----------------------------------------------------------
 
-    def lookup(self, key: OffloadKey, req_context: ReqContext) -> bool:
-        return key in self._readable
+    def lookup(self, key: KeyArg, req_context: ReqContext) -> bool:
+        # Only valid keys are ever readable: a hit needs no key check.
+        try:
+            if key in self._readable:
+                return True
+        except TypeError:
+            pass
+        validate_offload_key(key)
+        return False
 
     def lookup_prefix(
         self, keys: Iterable[OffloadKey], req_context: ReqContext
     ) -> int:
-        return len(list(takewhile(self._readable.__contains__, keys)))
+        listed = listed_keys(keys)
+        try:
+            hits = len(list(takewhile(self._readable.__contains__, listed)))
+        except TypeError:
+            reject_keys(listed)
+            raise
+        if hits < len(listed):
+            check_keys(listed[hits:])  # the hits are valid: they are readable
+        return hits
 
     def phase(self, key: OffloadKey) -> Phase:
         """The lifecycle phase of ``key`` (no side effects)."""
@@ -94,40 +150,71 @@ class OffloadingManagerCore(OffloadingManager):
     def prepare_load(
         self, keys: Collection[OffloadKey], req_context: ReqContext
     ) -> LoadStoreSpec:
-        keys = list(keys)
-        get = self._blocks.get
-        blocks = [get(key) for key in keys]
-        if None in blocks or min(map(_REF_CNT, blocks), default=0) < 0:
-            for key, block in zip(keys, blocks):
-                if block is None or block.ref_cnt < 0:
-                    raise IllegalTransitionError(key, self.phase(key), Call.PREPARE_LOAD)
-        loaded = cast(list[BlockStatus], blocks)
+        listed = listed_keys(keys)
+        loaded = self._blocks_of(listed)
+        for block in loaded:
+            if block.ref_cnt < 0:
+                self._raise_illegal(listed, Call.PREPARE_LOAD)
         for block in loaded:
             block.ref_cnt += 1
-        return self.backend.get_load_store_spec(keys, loaded)
+        return self.backend.get_load_store_spec(listed, loaded)
+
+    def _blocks_of(self, keys: list[OffloadKey]) -> list[BlockStatus]:
+        """The blocks of ``keys``, in order; :class:`InvalidKeyError` for a
+        malformed key, else :class:`IllegalTransitionError` (as
+        ``prepare_load``) for the first untracked one."""
+        get = self._blocks.get
+        try:
+            blocks = [get(key) for key in keys]
+        except TypeError:
+            reject_keys(keys)
+            raise
+        if None in blocks:
+            self._raise_illegal(keys, Call.PREPARE_LOAD)
+        return cast(list[BlockStatus], blocks)
+
+    def _raise_illegal(self, keys: list[OffloadKey], call: Call) -> None:
+        """Raise for the first key of ``keys`` that ``call`` may not take
+        (untracked or PENDING), after checking every key is well formed."""
+        reject_keys(keys)
+        for key in keys:
+            block = self._blocks.get(key)
+            if block is None or block.ref_cnt < 0:
+                raise IllegalTransitionError(key, self.phase(key), call)
+        raise OffloadingError(f"{call.value}: no illegal key found in {keys!r}")
 
     def complete_load(
         self, keys: Collection[OffloadKey], req_context: ReqContext
     ) -> None:
-        keys = list(keys)
+        listed = listed_keys(keys)
         get = self._blocks.get
-        blocks = [get(key) for key in keys]
-        if (
-            None in blocks
-            or min(map(_REF_CNT, blocks), default=1) < 1
-            or len(set(keys)) != len(keys)
-        ):
-            self._check_complete_load(keys)
+        try:
+            blocks = [get(key) for key in listed]
+        except TypeError:
+            reject_keys(listed)
+            raise
+        if None in blocks:
+            self._check_complete_load(listed)
         loaded = cast(list[BlockStatus], blocks)
+        done = 0
         for block in loaded:
+            if block.ref_cnt < 1:  # no load left (a repeated key counts twice)
+                break
             block.ref_cnt -= 1
-        if self.policy.tracks_unpinning():
-            unpinned = [key for key, block in zip(keys, loaded) if not block.ref_cnt]
+            done += 1
+        if done < len(loaded):
+            for block in loaded[:done]:
+                block.ref_cnt += 1
+            self._check_complete_load(listed)
+        policy = self.policy
+        if policy.tracks_unpinning():
+            unpinned = [key for key, block in zip(listed, loaded) if not block.ref_cnt]
             if unpinned:
-                self.policy.blocks_unpinned(unpinned)
+                policy.blocks_unpinned(unpinned)
 
     def _check_complete_load(self, keys: list[OffloadKey]) -> None:
         """Raise for the first occurrence with no load in flight, if any."""
+        reject_keys(keys)
         remaining: dict[OffloadKey, int] = {}
         for key in keys:
             block = self._blocks.get(key)
@@ -140,15 +227,17 @@ class OffloadingManagerCore(OffloadingManager):
             remaining[key] = left - 1
 
     def touch(self, keys: Collection[OffloadKey], req_context: ReqContext) -> None:
-        self.policy.touch(keys if type(keys) is list else list(keys))
+        listed = listed_keys(keys)
+        check_keys(listed)
+        self.policy.touch(listed)
 
     # --- stores ----------------------------------------------------------
 
     def prepare_store(
         self, keys: Collection[OffloadKey], req_context: ReqContext
     ) -> PrepareStoreOutput | None:
-        offered = list(keys)
-        check_offered_keys(offered)
+        offered = listed_keys(keys)
+        check_keys(offered)
         tracked = self._blocks
         to_store = [key for key in dict.fromkeys(offered) if key not in tracked]
         backend = self.backend
@@ -185,12 +274,18 @@ class OffloadingManagerCore(OffloadingManager):
         self,
         keys: Collection[OffloadKey],
         req_context: ReqContext,
-        success: bool = True,
+        success: BoolArg = True,
     ) -> None:
+        listed = listed_keys(keys)
         get = self._blocks.get
-        unique = list(dict.fromkeys(keys))
-        blocks = [get(key) for key in unique]
+        try:
+            unique = list(dict.fromkeys(listed))
+            blocks = [get(key) for key in unique]
+        except TypeError:
+            reject_keys(listed)
+            raise
         if None in blocks:
+            reject_keys(listed)
             missing = unique[blocks.index(None)]
             call = Call.COMPLETE_STORE_OK if success else Call.COMPLETE_STORE_FAILED
             raise IllegalTransitionError(missing, self.phase(missing), call)
@@ -239,6 +334,7 @@ class OffloadingManagerCore(OffloadingManager):
             )
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class CPUOffloadingManager(OffloadingManagerCore):
     """``num_blocks`` CPU slots evicted by ``cache_policy`` ("lru" or "arc").
 
@@ -248,21 +344,23 @@ class CPUOffloadingManager(OffloadingManagerCore):
 
     def __init__(
         self,
-        block_size: int,
-        num_blocks: int,
-        cache_policy: str = "lru",
-        enable_events: bool = False,
+        block_size: IntArg,
+        num_blocks: IntArg,
+        cache_policy: StrArg = "lru",
+        enable_events: BoolArg = False,
     ) -> None:
-        require_positive_int("block_size", block_size)
-        require_positive_int("num_blocks", num_blocks)
-        policy = make_cache_policy(cache_policy, num_blocks)
-        super().__init__(CPUBackend(block_size, num_blocks), policy, enable_events)
-        self.cache_policy = cache_policy
+        size = require_positive_int("block_size", block_size)
+        capacity = require_positive_int("num_blocks", num_blocks)
+        policy_name = require_policy_name(cache_policy)
+        policy = make_cache_policy(policy_name, capacity)
+        super().__init__(CPUBackend(size, capacity), policy, enable_events)
+        self.cache_policy: str = policy_name
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class LRUOffloadingManager(OffloadingManagerCore):
-    """LRU eviction over any :class:`Backend` (reference 002's face)."""
+    """LRU eviction over any :class:`Backend`."""
 
-    def __init__(self, backend: Backend, enable_events: bool = False) -> None:
+    def __init__(self, backend: Backend, enable_events: BoolArg = False) -> None:
         capacity = max(1, backend.get_num_free_blocks())
         super().__init__(backend, LRUCachePolicy(capacity), enable_events)

@@ -1,4 +1,4 @@
-"""Replacement policies: which READY blocks a store evicts (reference 003).
+"""Replacement policies: which READY blocks a store evicts.
 
 A policy owns the key → :class:`BlockStatus` map (:attr:`CachePolicy.blocks`)
 and the order victims are chosen in. The manager core tells it when a block
@@ -12,7 +12,11 @@ from abc import ABC, abstractmethod
 from collections import OrderedDict
 from collections.abc import Collection, Iterator, Sequence
 
+from mypy_extensions import mypyc_attr
+
+from kvoffload.impl.backend import require_positive_int
 from kvoffload.impl.block import BlockStatus
+from kvoffload.impl.build import IntArg, StrArg
 from kvoffload.impl.recency import RecencyQueue
 from kvoffload.spec.errors import ConfigurationError
 from kvoffload.spec.keys import OffloadKey
@@ -20,6 +24,7 @@ from kvoffload.spec.keys import OffloadKey
 Victims = list[tuple[OffloadKey, BlockStatus]]
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class CachePolicy(ABC):
     """Block organisation and replacement decisions of one manager.
 
@@ -27,14 +32,8 @@ class CachePolicy(ABC):
     ever returned by :meth:`evict`, and :meth:`evict` is atomic.
     """
 
-    def __init__(self, cache_capacity: int) -> None:
-        if isinstance(cache_capacity, bool) or not isinstance(cache_capacity, int):
-            raise ConfigurationError(
-                f"cache_capacity must be an int, got {type(cache_capacity).__name__}"
-            )
-        if cache_capacity <= 0:
-            raise ConfigurationError(f"cache_capacity must be > 0, got {cache_capacity}")
-        self.cache_capacity = cache_capacity
+    def __init__(self, cache_capacity: IntArg) -> None:
+        self.cache_capacity: int = require_positive_int("cache_capacity", cache_capacity)
         # Every tracked key and its block. The manager core reads it directly
         # (the hot path); a policy mutates it but never rebinds it.
         self.blocks: dict[OffloadKey, BlockStatus] = {}
@@ -91,10 +90,11 @@ class CachePolicy(ABC):
         return {}
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class LRUCachePolicy(CachePolicy):
     """Least recently used: one recency order over all tracked blocks."""
 
-    def __init__(self, cache_capacity: int) -> None:
+    def __init__(self, cache_capacity: IntArg) -> None:
         super().__init__(cache_capacity)
         self._order: RecencyQueue[OffloadKey] = RecencyQueue()
 
@@ -148,8 +148,9 @@ class LRUCachePolicy(CachePolicy):
         return {"order": tuple(self._order)}
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class ARCCachePolicy(CachePolicy):
-    """Adaptive Replacement Cache (references 001/003, with DESIGN's liveness rule).
+    """Adaptive Replacement Cache, with a liveness rule.
 
     T1 holds blocks seen once, T2 blocks touched again; B1/B2 remember keys
     recently evicted from each. ``target_t1_size`` moves towards T1 on a B1
@@ -159,7 +160,7 @@ class ARCCachePolicy(CachePolicy):
     is refused only when no eligible victim exists at all.
     """
 
-    def __init__(self, cache_capacity: int) -> None:
+    def __init__(self, cache_capacity: IntArg) -> None:
         super().__init__(cache_capacity)
         self.target_t1_size: float = 0.0
         self.t1: RecencyQueue[OffloadKey] = RecencyQueue()
@@ -275,11 +276,19 @@ CACHE_POLICIES: dict[str, type[CachePolicy]] = {
 }
 
 
-def make_cache_policy(name: str, cache_capacity: int) -> CachePolicy:
-    """Build the policy registered under ``name`` ("lru" or "arc")."""
-    policy_cls = CACHE_POLICIES.get(name) if isinstance(name, str) else None
-    if policy_cls is None:
+def require_policy_name(name: object) -> str:
+    """``name`` if a policy is registered under it, else :class:`ConfigurationError`."""
+    if not isinstance(name, str) or name not in CACHE_POLICIES:
         raise ConfigurationError(
             f"unknown cache policy {name!r}; supported: {sorted(CACHE_POLICIES)}"
         )
-    return policy_cls(cache_capacity)
+    return name
+
+
+def make_cache_policy(name: StrArg, cache_capacity: IntArg) -> CachePolicy:
+    """Build the policy registered under ``name`` ("lru" or "arc").
+
+    Raises :class:`ConfigurationError` for an unknown name or a capacity that
+    is not a positive int.
+    """
+    return CACHE_POLICIES[require_policy_name(name)](cache_capacity)

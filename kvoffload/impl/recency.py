@@ -4,15 +4,17 @@ Members live in an ``OrderedDict`` (least recent first) together with their
 :class:`BlockStatus`. Pinning a block (a load starts, or it is still
 PENDING) costs nothing. When a victim search meets a pinned block at the
 least-recent end, it *parks* it: the block leaves the ordered dict for a side
-table, keeping a park sequence number. A parked block is older than every
-member still in the ordered dict (only the oldest end is ever parked, and
-members only get newer), and parked blocks are ordered among themselves by
-park sequence. When a parked block becomes READY again it enters a small
-heap that victim searches consult first; a touch moves it back to the most
-recent end.
+table, keeping a park sequence number (``BlockStatus.park_seq``). A parked
+block is older than every member still in the ordered dict (only the oldest
+end is ever parked, and members only get newer), and parked blocks are
+ordered among themselves by park sequence. When a parked block becomes READY
+again it enters a small heap that victim searches consult first; a touch
+moves it back to the most recent end.
 
-So a search walks each pinned block once per pin period instead of on
-every eviction: an eviction costs O(victims) amortized (plus O(log p) per
+A search takes members off the least-recent end as it goes (one
+``popitem``), and puts back what it does not evict, in order, when it ends.
+So a search walks each pinned block once per pin period instead of on every
+eviction: an eviction costs O(victims) amortized (plus O(log p) per
 returning parked block), whatever the number of pinned blocks, and a touch
 is one ``move_to_end``.
 """
@@ -36,7 +38,7 @@ class RecencyQueue(Generic[K]):
 
     def __init__(self) -> None:
         self._order: OrderedDict[K, BlockStatus] = OrderedDict()
-        self._parked: dict[K, tuple[int, BlockStatus]] = {}
+        self._parked: dict[K, BlockStatus] = {}
         self._returned: list[tuple[int, K]] = []
         self._seq = 0
 
@@ -48,7 +50,7 @@ class RecencyQueue(Generic[K]):
 
     def __iter__(self) -> Iterator[K]:
         """Members from least to most recent."""
-        parked = sorted(self._parked, key=lambda k: self._parked[k][0])
+        parked = sorted(self._parked, key=lambda k: self._parked[k].park_seq)
         return iter([*parked, *self._order])
 
     def add(self, key: K, block: BlockStatus) -> None:
@@ -64,34 +66,35 @@ class RecencyQueue(Generic[K]):
         if key in self._order:
             self._order.move_to_end(key)
         else:
-            self._order[key] = self._parked.pop(key)[1]
+            self._order[key] = self._parked.pop(key)
 
     def touch(self, keys_in_order: Iterable[K]) -> None:
         """Make each member of ``keys_in_order`` most recent, in turn (the
         last ends most recent); non-members are ignored."""
         keys = list(keys_in_order)
         parked = self._parked
-        if parked:
-            order = self._order
-            for key in parked.keys() & set(keys):
-                order[key] = parked.pop(key)[1]
         order = self._order
+        if parked:
+            for key in parked.keys() & set(keys):
+                order[key] = parked.pop(key)
         deque(map(order.move_to_end, [k for k in keys if k in order]), maxlen=0)
 
     def remove(self, key: K) -> BlockStatus:
         """Drop member ``key``; its block."""
         block = self._order.pop(key, None)
         if block is None:
-            block = self._parked.pop(key)[1]
+            block = self._parked.pop(key)
         return block
 
     def unpinned(self, key: K) -> None:
         """Member ``key``'s block became READY again."""
-        entry = self._parked.get(key)
-        if entry is not None:
-            heapq.heappush(self._returned, (entry[0], key))
+        block = self._parked.get(key)
+        if block is not None:
+            heapq.heappush(self._returned, (block.park_seq, key))
             if len(self._returned) > 2 * len(self._parked) + 64:
-                self._returned = [(s, k) for k, (s, b) in self._parked.items() if b.ref_cnt == 0]
+                self._returned = [
+                    (b.park_seq, k) for k, b in self._parked.items() if b.ref_cnt == 0
+                ]
                 heapq.heapify(self._returned)
 
     def has_parked(self) -> bool:
@@ -120,23 +123,25 @@ class RecencyScan(Generic[K]):
 
     :meth:`next` yields READY, unprotected members, least recent first;
     :meth:`commit` removes the taken ones, :meth:`rollback` keeps them.
-    Either way the pinned blocks met at the oldest end are parked, which
-    changes no member's recency.
+    Either way the pinned blocks met at the oldest end before the first
+    member taken or kept are parked, which changes no member's recency.
+    Until one of the two is called, the members met are off the queue.
     """
 
-    __slots__ = ("_queue", "_protected", "_from_parked", "_kept", "_iter",
-                 "_from_order", "_to_park", "_parking", "_rollback_parks")
+    __slots__ = ("_queue", "_protected", "_from_parked", "_kept", "_popped_keys",
+                 "_popped_blocks", "_popped_taken", "_num_kept", "_parking")
 
     def __init__(self, queue: RecencyQueue[K], protected: Collection[K]) -> None:
         self._queue = queue
         self._protected = protected
         self._from_parked: list[tuple[int, K]] = []
         self._kept: list[tuple[int, K]] = []
-        self._iter: Iterator[tuple[K, BlockStatus]] | None = None
-        self._from_order: list[K] = []
-        self._to_park: list[K] = []
+        # members taken off the least-recent end and not parked, in order
+        self._popped_keys: list[K] = []
+        self._popped_blocks: list[BlockStatus] = []
+        self._popped_taken: list[bool] = []
+        self._num_kept = 0
         self._parking = True
-        self._rollback_parks: int | None = None
 
     def next(self) -> K | None:
         """The least recent READY, unprotected member not yet taken."""
@@ -146,58 +151,64 @@ class RecencyScan(Generic[K]):
             entry = heapq.heappop(returned)
             seq, key = entry
             found = parked.get(key)
-            if found is None or found[0] != seq or found[1].ref_cnt != 0:
+            if found is None or found.park_seq != seq or found.ref_cnt != 0:
                 continue  # stale: touched, removed or pinned again
             if key in protected:
                 self._kept.append(entry)
                 continue
             self._from_parked.append(entry)
             return key
-        if self._iter is None:
-            self._iter = iter(queue._order.items())
-        for key, block in self._iter:
+        order = queue._order
+        while order:
+            key, block = order.popitem(last=False)
             if block.ref_cnt != 0:
                 if self._parking:
-                    self._to_park.append(key)
-                continue
-            if key in protected:
-                # parking past a member that stays would make a younger
-                # parked block look older than it: stop parking here
-                self._parking = False
-                continue
-            if self._rollback_parks is None:
-                # a rollback keeps this member: only blocks parked before it
-                # may stay parked then
-                self._rollback_parks = len(self._to_park)
-            self._from_order.append(key)
-            return key
+                    queue._seq += 1
+                    block.park_seq = queue._seq
+                    parked[key] = block
+                    continue
+                taken = False
+            else:
+                taken = key not in protected
+            # parking past a member that stays, or that a rollback puts back,
+            # would make a younger parked block look older than it
+            self._parking = False
+            self._popped_keys.append(key)
+            self._popped_blocks.append(block)
+            self._popped_taken.append(taken)
+            if taken:
+                return key
+            self._num_kept += 1
         return None
 
-    def _finish(self, commit: bool) -> None:
-        queue = self._queue
-        order, parked, returned = queue._order, queue._parked, queue._returned
-        for entry in self._kept:
-            heapq.heappush(returned, entry)
-        if commit:
-            for _, key in self._from_parked:
-                del parked[key]
-            for key in self._from_order:
-                del order[key]
-        else:
-            for entry in self._from_parked:
-                heapq.heappush(returned, entry)
-        to_park = self._to_park
-        if not commit and self._rollback_parks is not None:
-            to_park = to_park[: self._rollback_parks]
-        for key in to_park:
-            queue._seq += 1
-            parked[key] = (queue._seq, order.pop(key))
-        self._iter = None
+    def _put_back(self, keep_taken: bool) -> None:
+        """Return the popped members (the taken ones only if ``keep_taken``)
+        to the least-recent end, in their order."""
+        order = self._queue._order
+        keys, blocks, taken = self._popped_keys, self._popped_blocks, self._popped_taken
+        for index in range(len(keys) - 1, -1, -1):
+            if keep_taken or not taken[index]:
+                key = keys[index]
+                order[key] = blocks[index]
+                order.move_to_end(key, last=False)
 
     def commit(self) -> None:
         """Remove the members :meth:`next` returned."""
-        self._finish(True)
+        queue = self._queue
+        parked, returned = queue._parked, queue._returned
+        for entry in self._kept:
+            heapq.heappush(returned, entry)
+        for _, key in self._from_parked:
+            del parked[key]
+        if self._num_kept:
+            self._put_back(False)
 
     def rollback(self) -> None:
-        """Keep every member; only park the pinned blocks met."""
-        self._finish(False)
+        """Keep every member; only park the pinned blocks met first."""
+        returned = self._queue._returned
+        for entry in self._kept:
+            heapq.heappush(returned, entry)
+        for entry in self._from_parked:
+            heapq.heappush(returned, entry)
+        if self._popped_keys:
+            self._put_back(True)

@@ -1,10 +1,14 @@
-"""Reuse-frequency gate in front of any manager (reference 000)."""
+"""Reuse-frequency gate in front of any manager."""
 
 from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Collection, Iterable, Mapping
 
+from mypy_extensions import mypyc_attr
+
+from kvoffload.impl.build import BoolArg, IntArg, KeyArg
+from kvoffload.impl.manager import check_keys, listed_keys
 from kvoffload.spec.contract import (
     InspectableManager,
     InspectablePolicy,
@@ -16,11 +20,11 @@ from kvoffload.spec.contract import (
     RequestOffloadingContext,
 )
 from kvoffload.spec.errors import ConfigurationError
-from kvoffload.impl.manager import check_offered_keys
-from kvoffload.spec.keys import OffloadKey
+from kvoffload.spec.keys import GROUP_IDX_BYTES, OffloadKey, validate_offload_key
 from kvoffload.spec.lifecycle import Phase
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class FilterReusedOffloadingManager(OffloadingManager):
     """Stores only blocks looked up at least ``store_threshold`` times.
 
@@ -31,6 +35,10 @@ class FilterReusedOffloadingManager(OffloadingManager):
     ready — those are not stored again but stay protected from eviction by
     this call. Everything else is delegated unchanged.
 
+    Every call that takes keys raises :class:`InvalidKeyError` for a
+    malformed key (or a bare key where a list is expected) before it counts
+    or delegates anything.
+
     Raises :class:`ConfigurationError` if ``store_threshold < 2`` or
     ``max_tracker_size < 1``.
     """
@@ -38,8 +46,8 @@ class FilterReusedOffloadingManager(OffloadingManager):
     def __init__(
         self,
         backing: OffloadingManager,
-        store_threshold: int = 2,
-        max_tracker_size: int = 64_000,
+        store_threshold: IntArg = 2,
+        max_tracker_size: IntArg = 64_000,
     ) -> None:
         if isinstance(store_threshold, bool) or not isinstance(store_threshold, int):
             raise ConfigurationError("store_threshold must be an int")
@@ -54,8 +62,8 @@ class FilterReusedOffloadingManager(OffloadingManager):
                 f"max_tracker_size must be >= 1, got {max_tracker_size}"
             )
         self.backing = backing
-        self.store_threshold = store_threshold
-        self.max_tracker_size = max_tracker_size
+        self.store_threshold: int = store_threshold
+        self.max_tracker_size: int = max_tracker_size
         self.counts: OrderedDict[OffloadKey, int] = OrderedDict()
 
     def phase(self, key: OffloadKey) -> Phase:
@@ -96,23 +104,28 @@ class FilterReusedOffloadingManager(OffloadingManager):
 
     # --- intercepted -----------------------------------------------------
 
-    def lookup(self, key: OffloadKey, req_context: ReqContext) -> bool | None:
-        self._record(key)
-        return self.backing.lookup(key, req_context)
+    def lookup(self, key: KeyArg, req_context: ReqContext) -> bool | None:
+        if type(key) is bytes and len(key) >= GROUP_IDX_BYTES:
+            checked = OffloadKey(key)
+        else:
+            checked = validate_offload_key(key)
+        self._record(checked)
+        return self.backing.lookup(checked, req_context)
 
     def lookup_prefix(
         self, keys: Iterable[OffloadKey], req_context: ReqContext
     ) -> int | None:
-        keys = list(keys)
-        for key in keys:
+        listed = listed_keys(keys)
+        check_keys(listed)
+        for key in listed:
             self._record(key)
-        return self.backing.lookup_prefix(keys, req_context)
+        return self.backing.lookup_prefix(listed, req_context)
 
     def prepare_store(
         self, keys: Collection[OffloadKey], req_context: ReqContext
     ) -> PrepareStoreOutput | None:
-        offered = list(keys)
-        check_offered_keys(offered)
+        offered = listed_keys(keys)
+        check_keys(offered)
         threshold, counts, backing = self.store_threshold, self.counts, self.backing
         passed = [
             key
@@ -130,23 +143,31 @@ class FilterReusedOffloadingManager(OffloadingManager):
     def prepare_load(
         self, keys: Collection[OffloadKey], req_context: ReqContext
     ) -> LoadStoreSpec:
-        return self.backing.prepare_load(keys, req_context)
+        listed = listed_keys(keys)
+        check_keys(listed)
+        return self.backing.prepare_load(listed, req_context)
 
     def touch(self, keys: Collection[OffloadKey], req_context: ReqContext) -> None:
-        self.backing.touch(keys, req_context)
+        listed = listed_keys(keys)
+        check_keys(listed)
+        self.backing.touch(listed, req_context)
 
     def complete_load(
         self, keys: Collection[OffloadKey], req_context: ReqContext
     ) -> None:
-        self.backing.complete_load(keys, req_context)
+        listed = listed_keys(keys)
+        check_keys(listed)
+        self.backing.complete_load(listed, req_context)
 
     def complete_store(
         self,
         keys: Collection[OffloadKey],
         req_context: ReqContext,
-        success: bool = True,
+        success: BoolArg = True,
     ) -> None:
-        self.backing.complete_store(keys, req_context, success)
+        listed = listed_keys(keys)
+        check_keys(listed)
+        self.backing.complete_store(listed, req_context, bool(success))
 
     def on_new_request(self, req_context: ReqContext) -> RequestOffloadingContext:
         return self.backing.on_new_request(req_context)

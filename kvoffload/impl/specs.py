@@ -7,11 +7,13 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+from mypy_extensions import mypyc_attr
 
 from kvoffload.spec.contract import LoadStoreSpec
 from kvoffload.spec.errors import TransferError
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class BlockIDsLoadStoreSpec(LoadStoreSpec):
     """Blocks given by their ids (slots) in a medium, as an int64 array."""
 
@@ -43,6 +45,7 @@ class BlockIDsLoadStoreSpec(LoadStoreSpec):
         return f"{type(self).__name__}({self.block_ids.tolist()!r})"
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class CPULoadStoreSpec(BlockIDsLoadStoreSpec):
     """Slots of the CPU block pool."""
 
@@ -53,6 +56,7 @@ class CPULoadStoreSpec(BlockIDsLoadStoreSpec):
         return "CPU"
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class GPULoadStoreSpec(BlockIDsLoadStoreSpec):
     """Blocks of the GPU KV cache, grouped by KV-cache group.
 
@@ -131,7 +135,7 @@ class GPULoadStoreSpec(BlockIDsLoadStoreSpec):
         )
 
 
-def _as_int_tuple(values: Sequence[int], name: str) -> tuple[int, ...]:
+def _as_int_tuple(values: Iterable[object], name: str) -> tuple[int, ...]:
     result: list[int] = []
     for value in values:
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)):

@@ -1,5 +1,8 @@
 """The contract and the formal model: pure, immutable, no torch."""
 
+import importlib
+from typing import TYPE_CHECKING
+
 from kvoffload.spec.contract import (
     InspectableManager,
     InspectablePolicy,
@@ -28,57 +31,81 @@ from kvoffload.spec.keys import (
 from kvoffload.spec.lifecycle import Call, Phase, PhaseKind
 
 __all__ = [
+    "AnyPolicyModel",
+    "ARCModel",
     "Call",
+    "check_state",
+    "check_step",
     "ConfigurationError",
+    "get_offload_block_hash",
+    "get_offload_group_idx",
     "IllegalTransitionError",
+    "InspectableManager",
+    "InspectablePolicy",
     "InvalidKeyError",
+    "Invariant",
     "LoadStoreSpec",
     "LookupResult",
-    "OffloadKey",
+    "LRUModel",
+    "make_offload_key",
+    "ManagerModel",
     "OffloadingError",
     "OffloadingEvent",
     "OffloadingManager",
+    "OffloadKey",
     "Phase",
     "PhaseKind",
+    "POLICY_NAMES",
     "PrepareStoreOutput",
-    "InspectableManager",
-    "InspectablePolicy",
+    "render_mermaid",
     "ReqContext",
     "RequestOffloadingContext",
-    "TransferError",
-    "get_offload_block_hash",
-    "get_offload_group_idx",
-    "make_offload_key",
-    "validate_offload_key",
-]
-
-# The formal model: lifecycle diagram, manager/policy/filter models,
-# invariants.
-from kvoffload.spec.invariants import (
-    Invariant,
-    Step,
-    Violation,
-    check_state,
-    check_step,
-)
-from kvoffload.spec.lifecycle import render_mermaid
-from kvoffload.spec.model import ManagerModel, SpecViolation, StoreResult
-from kvoffload.spec.policies import POLICY_NAMES, AnyPolicyModel, ARCModel, LRUModel
-from kvoffload.spec.reuse import ReuseFilterModel
-
-__all__ += [
-    "ARCModel",
-    "AnyPolicyModel",
-    "Invariant",
-    "POLICY_NAMES",
-    "LRUModel",
-    "ManagerModel",
     "ReuseFilterModel",
     "SpecViolation",
     "Step",
     "StoreResult",
+    "TransferError",
+    "validate_offload_key",
     "Violation",
-    "check_state",
-    "check_step",
-    "render_mermaid",
 ]
+
+# The formal model: lifecycle diagram, manager/policy/filter models,
+# invariants. Imported on first use, so that importing the production managers
+# (which need only the contract above) does not execute the models.
+_LAZY = {
+    "ARCModel": "kvoffload.spec.policies",
+    "AnyPolicyModel": "kvoffload.spec.policies",
+    "Invariant": "kvoffload.spec.invariants",
+    "POLICY_NAMES": "kvoffload.spec.policies",
+    "LRUModel": "kvoffload.spec.policies",
+    "ManagerModel": "kvoffload.spec.model",
+    "ReuseFilterModel": "kvoffload.spec.reuse",
+    "SpecViolation": "kvoffload.spec.model",
+    "Step": "kvoffload.spec.invariants",
+    "StoreResult": "kvoffload.spec.model",
+    "Violation": "kvoffload.spec.invariants",
+    "check_state": "kvoffload.spec.invariants",
+    "check_step": "kvoffload.spec.invariants",
+    "render_mermaid": "kvoffload.spec.lifecycle",
+}
+
+if TYPE_CHECKING:
+    from kvoffload.spec.invariants import Invariant, Step, Violation, check_state, check_step
+    from kvoffload.spec.lifecycle import render_mermaid
+    from kvoffload.spec.model import ManagerModel, SpecViolation, StoreResult
+    from kvoffload.spec.policies import POLICY_NAMES, AnyPolicyModel, ARCModel, LRUModel
+    from kvoffload.spec.reuse import ReuseFilterModel
+
+
+def __getattr__(name: str) -> object:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
+

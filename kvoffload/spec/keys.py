@@ -51,6 +51,39 @@ def validate_offload_key(key: object) -> OffloadKey:
     return OffloadKey(key)
 
 
+_BYTES_ONLY = frozenset({bytes})
+_BARE_KEY_TYPES = (bytes, bytearray, memoryview, str)
+
+
+def validate_offload_keys(keys: object) -> list[OffloadKey]:
+    """``keys`` as a list of :data:`OffloadKey`, every one checked first.
+
+    Returns ``keys`` itself when it is a list. Raises
+    :class:`InvalidKeyError` if ``keys`` is a single key, a string or not
+    iterable, or if any key fails :func:`validate_offload_key`. The whole list is
+    checked before the caller acts on any key, so a call that raises has
+    counted, touched or changed nothing.
+    """
+    if isinstance(keys, _BARE_KEY_TYPES):
+        raise InvalidKeyError(keys, "expected a sequence of keys, got a single key")
+    try:
+        listed: list[OffloadKey] = (
+            keys if type(keys) is list else list(keys)  # type: ignore[call-overload]
+        )
+    except TypeError:
+        raise InvalidKeyError(
+            keys, f"expected a sequence of keys, got {type(keys).__name__}"
+        ) from None
+    # C-speed pass for the common case: exact bytes, long enough.
+    if set(map(type, listed)) <= _BYTES_ONLY and (
+        not listed or min(map(len, listed)) >= GROUP_IDX_BYTES
+    ):
+        return listed
+    for key in listed:
+        validate_offload_key(key)
+    return listed
+
+
 def get_offload_block_hash(key: OffloadKey) -> bytes:
     """The block-hash part of ``key`` (everything before the group index)."""
     return bytes(validate_offload_key(key)[:-GROUP_IDX_BYTES])

@@ -58,7 +58,12 @@ import attrs
 
 from kvoffload.spec.contract import LookupResult, OffloadingEvent
 from kvoffload.spec.errors import ConfigurationError
-from kvoffload.spec.keys import OffloadKey, get_offload_group_idx, validate_offload_key
+from kvoffload.spec.keys import (
+    OffloadKey,
+    get_offload_group_idx,
+    validate_offload_key,
+    validate_offload_keys,
+)
 from kvoffload.spec.lifecycle import (
     ABSENT,
     PENDING,
@@ -687,6 +692,7 @@ class ManagerModel:
         """True iff ``key`` is READY or LOADING. Under a profile answering
         ``LookupAnswer.RESULT``: ``HIT`` (READY, LOADING), ``HIT_PENDING``
         (PENDING) or ``MISS``."""
+        validate_offload_key(key)
         phase = self.phase(key)
         if self.profile.lookup_answer is LookupAnswer.BOOL:
             return self, phase.readable
@@ -729,7 +735,7 @@ class ManagerModel:
     def lookup_prefix(self, keys: Iterable[OffloadKey]) -> tuple[ManagerModel, int]:
         """Length of the longest prefix of READY/LOADING keys."""
         hits = 0
-        for key in keys:
+        for key in validate_offload_keys(keys):
             if not self.phase(key).readable:
                 break
             hits += 1
@@ -752,7 +758,7 @@ class ManagerModel:
         free`` eligible victims exist. ``victims``/``slots``:
         the implementation's choices, checked (:class:`SpecViolation`).
         """
-        offered = dedup(validate_offload_key(k) for k in keys)
+        offered = dedup(validate_offload_keys(keys))
         return self.offered(offered, request)._store(offered, victims, slots, request)
 
     def _store(
@@ -847,7 +853,7 @@ class ManagerModel:
         Raises :class:`IllegalTransitionError` for the first ABSENT key.
         """
         call = Call.COMPLETE_STORE_OK if success else Call.COMPLETE_STORE_FAILED
-        keys = dedup(keys)
+        keys = dedup(validate_offload_keys(keys))
         if self.profile.complete_store_ignores_absent:
             keys = tuple(key for key in keys if key in self.blocks)
         targets = {key: apply_call(key, self.phase(key), call)[0] for key in keys}
@@ -880,6 +886,7 @@ class ManagerModel:
         order. Raises :class:`IllegalTransitionError` for the first key that
         is not READY or LOADING. Under request-scoped recency the request
         has used (reused) the keys."""
+        keys = validate_offload_keys(keys)
         blocks = self._count_loads(keys, Call.PREPARE_LOAD)
         requests = self.requests
         if self.request_scoped:
@@ -892,10 +899,12 @@ class ManagerModel:
         """Each occurrence of a key removes one load (LOADING(1) → READY).
         Raises :class:`IllegalTransitionError` at the first occurrence that
         finds no load in flight, naming the phase found there."""
+        keys = validate_offload_keys(keys)
         return attrs.evolve(self, blocks=self._count_loads(keys, Call.COMPLETE_LOAD)), None
 
     def touch(self, keys: Sequence[OffloadKey]) -> tuple[ManagerModel, None]:
         """Recency only (see the policy); unknown keys are ignored."""
+        keys = validate_offload_keys(keys)
         pending = frozenset(k for k, b in self.blocks.items() if b.phase == PENDING)
         return attrs.evolve(self, policy=self.policy.touched(tuple(keys), pending)), None
 

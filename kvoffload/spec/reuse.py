@@ -42,7 +42,7 @@ import attrs
 
 from kvoffload.spec.contract import LookupResult, OffloadingEvent
 from kvoffload.spec.errors import ConfigurationError
-from kvoffload.spec.keys import OffloadKey, validate_offload_key
+from kvoffload.spec.keys import OffloadKey, validate_offload_key, validate_offload_keys
 from kvoffload.spec.model import (
     ManagerModel,
     Operation,
@@ -163,6 +163,7 @@ class ReuseFilterModel:
     # --- calls --------------------------------------------------------------
 
     def lookup(self, key: OffloadKey) -> tuple[ReuseFilterModel, bool | LookupResult]:
+        validate_offload_key(key)
         counts = self.counts
         if self.counting in (FilterCounts.LOOKUPS, FilterCounts.LOOKUPS_TO_FIRST_MISS):
             counts = self._recorded((key,))
@@ -171,6 +172,7 @@ class ReuseFilterModel:
     def lookup_prefix(
         self, keys: Sequence[OffloadKey]
     ) -> tuple[ReuseFilterModel, int]:
+        keys = validate_offload_keys(keys)
         hits = self.backing.lookup_prefix(keys)[1]
         counts = self.counts
         if self.counting is FilterCounts.LOOKUPS:
@@ -187,7 +189,7 @@ class ReuseFilterModel:
         slots: Iterable[SupportsIndex] | None = None,
         request: int = 0,
     ) -> tuple[ReuseFilterModel, StoreResult | None]:
-        checked = tuple(validate_offload_key(k) for k in keys)
+        checked = tuple(validate_offload_keys(keys))
         counted = self._counted_offer(checked)
         backing, result = counted.backing.prepare_store(
             counted.eligible(checked), victims=victims, slots=slots, request=request

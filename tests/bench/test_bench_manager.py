@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import sys
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,25 +12,21 @@ import pytest
 from kvoffload.__main__ import main
 from kvoffload.bench.manager import (
     KvoffloadDriver,
-    VllmUnavailableError,
+    bulk_eviction,
     contenders,
     eviction_cost_ns,
-    load_vllm,
+    key_check_cost,
+    pin_then_evict,
     replay_throughput,
 )
+from kvoffload.spec.keys import make_offload_key
+from kvoffload.vllm_release import NoReleaseError, load_release, unload_release
 from kvoffload.workloads import RequestRecord, compile_trace, generate_trace
 
-FAKE_VLLM_MANAGER = textwrap.dedent(
+FAKE_VLLM_ABSTRACT = textwrap.dedent(
     '''
-    """Stand-in with vLLM 0.19's manager API, over kvoffload's manager."""
+    """Stand-in with vLLM 0.19's contract types (block-hash lists, no context)."""
     from dataclasses import dataclass
-
-    from vllm.v1.core.kv_cache_utils import BlockHash
-
-    from kvoffload.impl.manager import CPUOffloadingManager as _Ours
-    from kvoffload.spec.contract import ReqContext
-
-    _CTX = ReqContext("fake")
 
 
     @dataclass
@@ -41,7 +36,36 @@ FAKE_VLLM_MANAGER = textwrap.dedent(
         block_hashes_evicted: list
 
 
-    class CPUOffloadingManager:
+    @dataclass
+    class OffloadingEvent:
+        block_hashes: list
+        block_size: int
+        medium: str
+        removed: bool
+
+
+    class OffloadingManager:
+        def touch(self, block_hashes):
+            raise NotImplementedError
+
+        def complete_load(self, block_hashes):
+            raise NotImplementedError
+    '''
+)
+
+FAKE_VLLM_MANAGER = textwrap.dedent(
+    '''
+    """Stand-in with vLLM 0.19's manager API, over kvoffload's manager."""
+    from vllm.v1.core.kv_cache_utils import BlockHash
+    from vllm.v1.kv_offload.abstract import OffloadingManager, PrepareStoreOutput
+
+    from kvoffload.impl.manager import CPUOffloadingManager as _Ours
+    from kvoffload.spec.contract import ReqContext
+
+    _CTX = ReqContext("fake")
+
+
+    class CPUOffloadingManager(OffloadingManager):
         def __init__(self, block_size, num_blocks, cache_policy="lru", enable_events=False):
             self._m = _Ours(block_size, num_blocks, cache_policy, enable_events)
 
@@ -76,17 +100,20 @@ FAKE_VLLM_MANAGER = textwrap.dedent(
 
 @pytest.fixture(autouse=True)
 def forget_vllm_modules() -> Iterator[None]:
-    """load_vllm registers vllm.* modules; drop them after each test."""
+    """Loading a release registers vllm.* modules; drop them after each test."""
     yield
-    for name in [n for n in sys.modules if n == "vllm" or n.startswith("vllm.")]:
-        del sys.modules[name]
+    unload_release()
 
 
 @pytest.fixture
 def fake_vllm(tmp_path: Path) -> Iterator[Path]:
-    manager = tmp_path / "vllm" / "v1" / "kv_offload" / "cpu" / "manager.py"
-    manager.parent.mkdir(parents=True)
-    manager.write_text(FAKE_VLLM_MANAGER)
+    package = tmp_path / "vllm" / "v1" / "kv_offload"
+    (package / "cpu" / "policies").mkdir(parents=True)
+    for init in (package, package / "cpu", package / "cpu" / "policies"):
+        (init / "__init__.py").write_text("")
+    (package / "abstract.py").write_text(FAKE_VLLM_ABSTRACT)
+    (package / "cpu" / "manager.py").write_text(FAKE_VLLM_MANAGER)
+    (package / "cpu" / "policies" / "lru.py").write_text("class LRUCachePolicy:\n    pass\n")
     info = tmp_path / "vllm-9.9.9.dist-info"
     info.mkdir()
     (info / "METADATA").write_text("Name: vllm\nVersion: 9.9.9\n")
@@ -126,8 +153,8 @@ def test_eviction_scenario_evicts_exactly_one_block_per_store() -> None:
 
 
 def test_vllm_tree_is_loaded_behind_shims(fake_vllm: Path) -> None:
-    manager_cls, label = load_vllm(fake_vllm)
-    assert label == "vllm-9.9.9"
+    release = load_release(fake_vllm)
+    assert release.version == "9.9.9" and release.features.block_hash_api
     runners = contenders(fake_vllm)
     assert [r.label for r in runners] == ["kvoffload", "vllm-9.9.9"]
     trace = generate_trace("multi-turn", 200)
@@ -141,10 +168,10 @@ def test_vllm_tree_is_loaded_behind_shims(fake_vllm: Path) -> None:
 def test_missing_vllm_tree_is_a_clear_error(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    with pytest.raises(VllmUnavailableError, match="no vllm/v1/kv_offload"):
-        load_vllm(tmp_path)
+    with pytest.raises(NoReleaseError, match="no vllm/v1/kv_offload"):
+        load_release(tmp_path)
     assert main(["bench", "manager", "--vllm-path", str(tmp_path)]) == 2
-    assert "pip download --no-deps" in capsys.readouterr().err
+    assert "fetch_vllm.py" in capsys.readouterr().err
 
 
 def test_bench_manager_command_runs_side_by_side(
@@ -160,6 +187,23 @@ def test_bench_manager_command_runs_side_by_side(
     assert "lru    speedup" in out and "hit ratios identical" in out
     assert "arc    speedup" in out
     assert out.count("vllm-9.9.9") >= 3
+    assert "kvoffload build: " in out and "key checks" in out
+
+
+def test_worst_cases_evict_what_they_say(capsys: pytest.CaptureFixture[str]) -> None:
+    for policy in ("lru", "arc"):
+        case = pin_then_evict(KvoffloadDriver, policy, pinned=300, unpinned=5)
+        assert case.pinned == 300 and case.pin_seconds > 0
+        bulk = bulk_eviction(KvoffloadDriver, policy, 500)
+        assert bulk.blocks == 500 and bulk.evict_seconds > 0
+    check = key_check_cost([[make_offload_key(b"k", 0)] * 3, []])
+    assert (check.keys, check.calls) == (3, 2)
+    status = main(["bench", "manager", "--skip-throughput", "--skip-eviction",
+                   "--worst-case", "--pin", "200", "--bulk", "300", "--policy", "arc"])
+    out = capsys.readouterr().out
+    assert status == 0
+    assert "first eviction after a big pin" in out and "bulk eviction" in out
+    assert "throughput" not in out
 
 
 @pytest.mark.skipif(

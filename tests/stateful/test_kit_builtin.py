@@ -6,9 +6,19 @@ import os
 import subprocess
 import sys
 
+from collections.abc import Sequence
+
 import pytest
 
-from kvoffload import CPUOffloadingManager, FilterReusedOffloadingManager, ReqContext
+from kvoffload import (
+    CPUBackend,
+    CPUOffloadingManager,
+    FilterReusedOffloadingManager,
+    LRUCachePolicy,
+    OffloadingManagerCore,
+    OffloadKey,
+    ReqContext,
+)
 from kvoffload.spec.errors import IllegalTransitionError
 from kvoffload.spec.invariants import Invariant
 from kvoffload.spec.model import (
@@ -52,17 +62,25 @@ test_cpu_lru_conformance_one_liner = conformance_test(cpu_lru, policy="lru", max
 TestCpuLruMachine = machine_test_case(cpu_lru, policy="lru")
 
 
-def _evicts_mru(num_blocks: int) -> CPUOffloadingManager:
+class _MRUTouchLRU(LRUCachePolicy):
+    """Touches put keys at the evicting end. A subclass, not an instance
+    attribute: the compiled build dispatches to overridden methods only."""
+
+    def touch(self, keys: Sequence[OffloadKey]) -> None:
+        super().touch(list(reversed(keys)))
+
+
+class _EvictsMRU(CPUOffloadingManager):
     """LRU in name, MRU in deed: touches put keys at the evicting end."""
-    manager = CPUOffloadingManager(16, num_blocks, "lru", enable_events=True)
-    policy = manager.policy
-    original_touch = policy.touch
 
-    def touch(keys: object) -> None:
-        original_touch(list(reversed(list(keys))))  # type: ignore[call-overload]
+    def __init__(self, num_blocks: int) -> None:
+        policy = _MRUTouchLRU(num_blocks)
+        OffloadingManagerCore.__init__(self, CPUBackend(16, num_blocks), policy, True)
+        self.cache_policy = "lru"
 
-    policy.touch = touch  # type: ignore[method-assign]
-    return manager
+
+def _evicts_mru(num_blocks: int) -> CPUOffloadingManager:
+    return _EvictsMRU(num_blocks)
 
 
 def test_audit_finds_a_wrong_victim_order_and_the_script_replays_it() -> None:
