@@ -14,9 +14,7 @@ and drivers named, and the wall time per audit.
     python scripts/measure_corpus.py --only arc4 --markdown
 
 Entries whose "defect" the specification allows (see ``NOT_DEFECTS`` in
-``tests/stateful/corpus_verdicts.py``) are expected to pass; entries built
-on a library part with a known defect (``ON_THE_LIBRARY``) are reported
-apart. Exit status 1 when a defect is missed by some seed or a correct
+``tests/stateful/corpus_verdicts.py``) are expected to pass. Exit status 1 when a defect is missed by some seed or a correct
 manager fails.
 """
 
@@ -34,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests" / "stateful"))
 
-from corpus_verdicts import NOT_DEFECTS, ON_THE_LIBRARY, expected_to_pass  # noqa: E402
+from corpus_verdicts import NOT_DEFECTS, expected_to_pass  # noqa: E402
 
 from kvoffload.stateful import ReuseFilterParams, audit  # noqa: E402
 from tests.blind_corpus.manifest import MANIFEST, Entry  # noqa: E402
@@ -104,15 +102,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         passing = expected_to_pass(entry)
         failed = [r for r in runs if not r[2]]
         hits = len(runs) - len(failed) if passing else len(failed)
-        ok = hits == len(runs) or entry.name in ON_THE_LIBRARY
+        ok = hits == len(runs)
         bad += not ok
         invariants = sorted({str(r[3]) for r in failed})
         drivers = sorted({str(r[4]) for r in failed})
         seconds = [r[5] for r in runs]
         calls = [r[6] for r in failed]
-        if entry.name in ON_THE_LIBRARY and failed:
-            verdict = f"library defect found {len(failed)}/{len(runs)}"
-        elif entry.correct:
+        if entry.correct:
             verdict = f"false alarm {len(failed)}/{len(runs)}"
         elif entry.name in NOT_DEFECTS:
             verdict = f"allowed; flagged {len(failed)}/{len(runs)}"
@@ -140,7 +136,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for row in [head, *rows]:
             print("  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip())
     defects = [e for e in entries if not expected_to_pass(e)]
-    correct = [e for e in entries if expected_to_pass(e) and e.name not in ON_THE_LIBRARY]
+    correct = [e for e in entries if expected_to_pass(e)]
     caught_all = sum(
         1 for e in defects if all(not r[2] for r in by_entry[e.name])
     )
@@ -149,8 +145,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(
         f"\n{caught_all}/{len(defects)} defects caught in every seed; "
         f"{clean}/{len(correct)} passing managers pass in every seed "
-        f"({len([e for e in entries if e.name in ON_THE_LIBRARY])} more fail on a "
-        "defect of kvoffload.impl they are built on); "
+        "; "
         f"seeds {args.seeds}, budget {args.examples or 'default'}; "
         f"audit wall time mean {sum(every) / len(every):.1f} s, max {max(every):.1f} s; "
         f"total {total:.0f} s with {args.jobs} job(s)"

@@ -128,14 +128,16 @@ class RecencyScan(Generic[K]):
     Until one of the two is called, the members met are off the queue.
     """
 
-    __slots__ = ("_queue", "_protected", "_from_parked", "_kept", "_popped_keys",
-                 "_popped_blocks", "_popped_taken", "_num_kept", "_parking")
+    __slots__ = ("_queue", "_protected", "_from_parked", "_kept", "_seen_parked",
+                 "_popped_keys", "_popped_blocks", "_popped_taken", "_num_kept", "_parking")
 
     def __init__(self, queue: RecencyQueue[K], protected: Collection[K]) -> None:
         self._queue = queue
         self._protected = protected
         self._from_parked: list[tuple[int, K]] = []
         self._kept: list[tuple[int, K]] = []
+        # parked keys already met: the heap may hold one entry per unpin
+        self._seen_parked: set[K] = set()
         # members taken off the least-recent end and not parked, in order
         self._popped_keys: list[K] = []
         self._popped_blocks: list[BlockStatus] = []
@@ -153,6 +155,9 @@ class RecencyScan(Generic[K]):
             found = parked.get(key)
             if found is None or found.park_seq != seq or found.ref_cnt != 0:
                 continue  # stale: touched, removed or pinned again
+            if key in self._seen_parked:
+                continue  # a second entry for one return (unpinned twice)
+            self._seen_parked.add(key)
             if key in protected:
                 self._kept.append(entry)
                 continue

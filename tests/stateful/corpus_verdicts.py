@@ -40,25 +40,3 @@ def expected_to_pass(entry: _Entry) -> bool:
     """Whether the audit must pass ``entry``: a correct manager, or a
     "defect" the specification allows."""
     return entry.correct or entry.name in NOT_DEFECTS or entry.name in UNOBSERVABLE
-
-
-IMPL_PARKING_CRASH = (
-    "built on kvoffload.impl's LRU/ARC policy, whose lazy parking takes a parked "
-    "block twice as a victim (KeyError; tests/stateful/test_found_by_the_kit.py): "
-    "the kit finds that library defect, not one of the corpus manager's"
-)
-
-ON_THE_LIBRARY: dict[str, str] = {
-    name: IMPL_PARKING_CRASH
-    for name in (
-        "reuse_gate",
-        "reuse_gate3",
-        "reuse_gate_small",
-        "stack_backend_lru",
-        "stack_backend_arc",
-        "stack_backend_lru.backend_fifo_free",
-        "stack_backend_lru.backend_resetless",
-    )
-}
-"""Passing corpus entries that fail today because of a defect of the library
-they are built on (not of the corpus, not of the kit)."""

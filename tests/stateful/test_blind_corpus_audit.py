@@ -16,7 +16,7 @@ import importlib
 from typing import Any
 
 import pytest
-from corpus_verdicts import ON_THE_LIBRARY, expected_to_pass
+from corpus_verdicts import expected_to_pass
 
 from kvoffload.stateful import AuditReport, ReuseFilterParams, audit
 
@@ -46,14 +46,7 @@ def _audit(entry: Any, max_examples: int | None) -> AuditReport:
     )
 
 
-def _marked(entry: Any) -> Any:
-    reason = ON_THE_LIBRARY.get(entry.name)
-    if reason is None:
-        return entry
-    return pytest.param(entry, marks=pytest.mark.xfail(reason=reason, strict=False))
-
-
-@pytest.mark.parametrize("entry", [_marked(e) for e in MANIFEST], ids=lambda e: e.name)
+@pytest.mark.parametrize("entry", MANIFEST, ids=lambda e: e.name)
 def test_corpus_entry(entry: Any) -> None:
     passing = expected_to_pass(entry)
     report = _audit(entry, PASSING_BUDGET if passing else None)
