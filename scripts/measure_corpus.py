@@ -144,8 +144,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     every = [r[5] for r in results]
     print(
         f"\n{caught_all}/{len(defects)} defects caught in every seed; "
-        f"{clean}/{len(correct)} passing managers pass in every seed "
-        "; "
+        f"{clean}/{len(correct)} passing managers pass in every seed; "
         f"seeds {args.seeds}, budget {args.examples or 'default'}; "
         f"audit wall time mean {sum(every) / len(every):.1f} s, max {max(every):.1f} s; "
         f"total {total:.0f} s with {args.jobs} job(s)"
