@@ -35,9 +35,9 @@ from kvoffload.impl.worker import (
 )
 from kvoffload.spec import (
     Call,
-    InspectableManager,
     ConfigurationError,
     IllegalTransitionError,
+    InspectableManager,
     InvalidKeyError,
     LoadStoreSpec,
     OffloadingError,

@@ -515,7 +515,7 @@ def load_release(directory: str | Path) -> VllmRelease:
 def _import(root: Path, name: str) -> types.ModuleType:
     try:
         return importlib.import_module(name)
-    except Exception as error:  # noqa: BLE001 - any failure means not loadable
+    except Exception as error:
         raise ReleaseImportError(
             f"cannot import {name} from {root}: {type(error).__name__}: {error}"
         ) from error

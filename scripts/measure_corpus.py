@@ -30,12 +30,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests" / "stateful"))
-
-from corpus_verdicts import NOT_DEFECTS, expected_to_pass  # noqa: E402
 
 from kvoffload.stateful import ReuseFilterParams, audit  # noqa: E402
 from tests.blind_corpus.manifest import MANIFEST, Entry  # noqa: E402
+from tests.stateful.corpus_verdicts import NOT_DEFECTS, expected_to_pass  # noqa: E402
 
 Result = tuple[str, int, bool, str | None, str | None, float, int]
 
@@ -62,7 +60,8 @@ def audit_entry(entry: Entry, seed: int, examples: int | None) -> Result:
         factory_import=entry.factory,
     )
     seconds = time.perf_counter() - started
-    return (entry.name, seed, report.passed, report.invariant, report.driver, seconds, report.calls)
+    invariant = None if report.invariant is None else str(report.invariant)
+    return (entry.name, seed, report.passed, invariant, report.driver, seconds, report.calls)
 
 
 def _job(args: tuple[str, int, int | None]) -> Result:

@@ -7,8 +7,8 @@
 #                                   the manager, kit and bench suites against
 #                                   the installed wheel, then back to editable
 #
-# Exit status: pytest's (5 = no tests collected), else mypy's; 2 when the
-# set-up fails. TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu installs
+# Exit status: pytest's (5 = no tests collected), else mypy's, else ruff's;
+# 2 when the set-up fails. TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu installs
 # PyTorch's CPU build first (from the public index torch==2.13.0 is the CUDA
 # build).
 set -uo pipefail
@@ -45,10 +45,11 @@ if [ "${1:-}" = "compiled" ]; then
     exit "$status"
 fi
 
-python -m pip install --quiet torch==2.13.0 -e '.[dev,worker]' || exit 2
+python -m pip install --quiet torch==2.13.0 -e '.[dev,worker,fuzz]' || exit 2
 KVOFFLOAD_EXPECT_BUILD=pure python -m pytest -q
 status=$?
 if [ "$status" -ne 0 ]; then
     exit "$status"
 fi
-python -m mypy
+python -m mypy || exit $?
+python -m ruff check .

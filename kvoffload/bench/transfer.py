@@ -145,9 +145,9 @@ def measure(
 
                 def run_ceiling() -> None:
                     if to_cpu:
-                        host_bulk.copy_(device_bulk, non_blocking=True)
+                        host_bulk.copy_(device_bulk, non_blocking=True)  # noqa: F821 (bound each iteration; deleted after use)
                     else:
-                        device_bulk.copy_(host_bulk, non_blocking=True)
+                        device_bulk.copy_(host_bulk, non_blocking=True)  # noqa: F821
 
                 src_t, dst_t = (gpu, cpu) if to_cpu else (cpu, gpu)
                 pairs = list(zip(gpu_ids.tolist(), cpu_ids.tolist()))

@@ -14,7 +14,7 @@ class BlockStatus:
     (LOADING(n)). ``block_id`` is the slot in the backend's pool.
     """
 
-    __slots__ = ("ref_cnt", "block_id", "park_seq")
+    __slots__ = ("block_id", "park_seq", "ref_cnt")
 
     def __init__(self, block_id: int) -> None:
         self.ref_cnt: int = -1

@@ -128,8 +128,18 @@ class RecencyScan(Generic[K]):
     Until one of the two is called, the members met are off the queue.
     """
 
-    __slots__ = ("_queue", "_protected", "_from_parked", "_kept", "_seen_parked",
-                 "_popped_keys", "_popped_blocks", "_popped_taken", "_num_kept", "_parking")
+    __slots__ = (
+        "_from_parked",
+        "_kept",
+        "_num_kept",
+        "_parking",
+        "_popped_blocks",
+        "_popped_keys",
+        "_popped_taken",
+        "_protected",
+        "_queue",
+        "_seen_parked",
+    )
 
     def __init__(self, queue: RecencyQueue[K], protected: Collection[K]) -> None:
         self._queue = queue

@@ -76,7 +76,7 @@ class GPULoadStoreSpec(BlockIDsLoadStoreSpec):
     sum to the number of ids, or the two per-group sequences differ in length.
     """
 
-    __slots__ = ("group_sizes", "block_indices")
+    __slots__ = ("block_indices", "group_sizes")
 
     def __init__(
         self,

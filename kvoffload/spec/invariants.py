@@ -326,8 +326,8 @@ def store_spec(step: Step) -> Violation | None:
     return None
 
 
-StatePredicate = Callable[[State], Union[Violation, None]]
-StepPredicate = Callable[[Step], Union[Violation, None]]
+StatePredicate = Callable[[State], Violation | None]
+StepPredicate = Callable[[Step], Violation | None]
 
 STATE_INVARIANTS: Mapping[Invariant, StatePredicate] = MappingProxyType(
     {
@@ -365,9 +365,9 @@ def check_step(step: Step) -> tuple[Violation, ...]:
 
 
 __all__ = [
-    "Invariant",
     "STATE_INVARIANTS",
     "STEP_INVARIANTS",
+    "Invariant",
     "State",
     "Step",
     "Violation",

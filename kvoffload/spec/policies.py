@@ -417,12 +417,12 @@ def make_policy(name: str, capacity: int) -> PolicyModel:
 
 
 __all__ = [
-    "ARCModel",
-    "AnyPolicyModel",
     "IMPLEMENTABLE_POLICY_NAMES",
-    "LRUModel",
     "POLICY_NAMES",
     "POLICY_REGISTRY",
+    "ARCModel",
+    "AnyPolicyModel",
+    "LRUModel",
     "PolicyInfo",
     "PolicyModel",
     "make_policy",

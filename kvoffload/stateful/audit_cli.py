@@ -79,7 +79,7 @@ def check_factory(spec: str, factory: Callable[[int], object], legacy: bool = Fa
         pass  # no signature to inspect (some builtins): the call below decides
     try:
         manager = factory(1)
-    except Exception as error:  # noqa: BLE001 - any failure: nothing to audit
+    except Exception as error:
         raise TargetError(
             f"{spec}(1) raised {type(error).__name__}: {error}; "
             "it must return a manager with 1 block"

@@ -16,6 +16,8 @@ import attrs
 from kvoffload.spec.contract import OffloadingManager
 from kvoffload.spec.invariants import Invariant
 from kvoffload.spec.profile import DEFAULT, Profile
+from kvoffload.stateful.coverage import CoverageSummary
+from kvoffload.stateful.drivers import explore, observability_warning
 from kvoffload.stateful.harness import (
     ContextFactory,
     Discrepancy,
@@ -24,8 +26,6 @@ from kvoffload.stateful.harness import (
     default_context,
     render_script,
 )
-from kvoffload.stateful.coverage import CoverageSummary
-from kvoffload.stateful.drivers import explore, observability_warning
 from kvoffload.stateful.shrink import failure_kind, fewest_blocks, replay, shrink
 
 DEFAULT_EXAMPLES = 500

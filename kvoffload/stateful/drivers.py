@@ -23,9 +23,9 @@ import traceback
 
 import attrs
 
+from kvoffload.spec.errors import OffloadingError
 from kvoffload.stateful.coverage import Coverage, CoverageSummary
 from kvoffload.stateful.engine import run_engine
-from kvoffload.spec.errors import OffloadingError
 from kvoffload.stateful.harness import Discrepancy, Harness, KitConfig
 from kvoffload.stateful.probe import ProbeFailure, Prober
 from kvoffload.stateful.swarm import draw_plan, run_plan
@@ -105,7 +105,7 @@ def explore(
         except ProbeFailure as failure:
             _raise_if_kit_bug(failure.error)
             found.failure, found.harness, found.driver = failure.error, failure.harness, PROBE
-        except Exception as error:  # noqa: BLE001 - every failure is a finding
+        except Exception as error:
             _raise_if_kit_bug(error)
             found.failure, found.harness = error, harness
             found.driver = ENGINE if engine else SWARM

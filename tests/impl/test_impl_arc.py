@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import pytest
 
-from impl_helpers import (
+from kvoffload.impl.manager import CPUOffloadingManager
+from kvoffload.impl.policies import ARCCachePolicy
+from kvoffload.spec.keys import OffloadKey
+from tests.impl.impl_helpers import (
     ABSENT,
     CTX,
     PENDING,
@@ -25,9 +28,6 @@ from impl_helpers import (
     store,
     stored,
 )
-from kvoffload.impl.manager import CPUOffloadingManager
-from kvoffload.impl.policies import ARCCachePolicy
-from kvoffload.spec.keys import OffloadKey
 
 Lists = tuple[list[OffloadKey], list[OffloadKey], list[OffloadKey], list[OffloadKey]]
 
@@ -134,7 +134,7 @@ def test_ghost_hits_move_the_target_and_the_target_picks_the_list() -> None:
 
 def test_fractional_target_and_ghost_trimming() -> None:
     manager = cpu_manager(4, "arc")
-    a, b, c, d, e, f, g, h, i, j, k, l = keys("a b c d e f g h i j k l")
+    a, b, c, d, e, f, g, h, i, j, k, l = keys("a b c d e f g h i j k l")  # noqa: E741
     store(manager, [a, b, c, d])  # slots a0 b1 c2 d3
     manager.touch([a, b, c, d], CTX)
     assert lists(manager) == ([], [d, c, b, a], [], [])

@@ -8,20 +8,6 @@ from collections.abc import Callable
 
 import pytest
 
-from impl_helpers import (
-    ABSENT,
-    BLOCK_SIZE,
-    CTX,
-    PENDING,
-    READY,
-    cpu_manager,
-    drive_to,
-    key,
-    keys,
-    loading,
-    observe,
-    probe,
-)
 from kvoffload.impl.backend import CPUBackend
 from kvoffload.impl.manager import CPUOffloadingManager, LRUOffloadingManager, OffloadingManagerCore
 from kvoffload.impl.policies import ARCCachePolicy, LRUCachePolicy, make_cache_policy
@@ -35,6 +21,20 @@ from kvoffload.spec.errors import (
 )
 from kvoffload.spec.keys import OffloadKey
 from kvoffload.spec.lifecycle import Call, Phase, is_legal
+from tests.impl.impl_helpers import (
+    ABSENT,
+    BLOCK_SIZE,
+    CTX,
+    PENDING,
+    READY,
+    cpu_manager,
+    drive_to,
+    key,
+    keys,
+    loading,
+    observe,
+    probe,
+)
 
 NUM_BLOCKS = 6
 POLICIES = ["lru", "arc"]

@@ -14,7 +14,11 @@ from collections.abc import Callable
 
 import pytest
 
-from impl_helpers import (
+from kvoffload.impl.manager import OffloadingManagerCore
+from kvoffload.spec.contract import OffloadingEvent, PrepareStoreOutput
+from kvoffload.spec.errors import IllegalTransitionError, OffloadingError
+from kvoffload.spec.lifecycle import TRANSITIONS, Call, Phase, apply, is_legal
+from tests.impl.impl_helpers import (
     ABSENT,
     CTX,
     PENDING,
@@ -29,10 +33,6 @@ from impl_helpers import (
     removed,
     stored,
 )
-from kvoffload.impl.manager import OffloadingManagerCore
-from kvoffload.spec.contract import OffloadingEvent, PrepareStoreOutput
-from kvoffload.spec.errors import IllegalTransitionError, OffloadingError
-from kvoffload.spec.lifecycle import TRANSITIONS, Call, Phase, apply, is_legal
 
 NUM_BLOCKS = 4
 SUBJECT = key("subject")

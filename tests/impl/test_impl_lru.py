@@ -11,7 +11,14 @@ from typing import Any
 
 import pytest
 
-from impl_helpers import (
+from kvoffload.impl.backend import CPUBackend
+from kvoffload.impl.manager import CPUOffloadingManager, LRUOffloadingManager, OffloadingManagerCore
+from kvoffload.impl.policies import LRUCachePolicy
+from kvoffload.impl.specs import CPULoadStoreSpec
+from kvoffload.spec.contract import PrepareStoreOutput
+from kvoffload.spec.errors import IllegalTransitionError
+from kvoffload.spec.keys import OffloadKey
+from tests.impl.impl_helpers import (
     ABSENT,
     BLOCK_SIZE,
     CTX,
@@ -28,13 +35,6 @@ from impl_helpers import (
     store,
     stored,
 )
-from kvoffload.impl.backend import CPUBackend
-from kvoffload.impl.manager import CPUOffloadingManager, LRUOffloadingManager, OffloadingManagerCore
-from kvoffload.impl.policies import LRUCachePolicy
-from kvoffload.impl.specs import CPULoadStoreSpec
-from kvoffload.spec.contract import PrepareStoreOutput
-from kvoffload.spec.errors import IllegalTransitionError
-from kvoffload.spec.keys import OffloadKey
 
 
 def lru_order(manager: OffloadingManagerCore) -> list[OffloadKey]:

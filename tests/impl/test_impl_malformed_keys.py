@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
-from impl_helpers import CTX, READY, cpu_manager, drive_to, key, keys, observe, probe
 
 from kvoffload.impl.manager import OffloadingManagerCore
 from kvoffload.impl.reuse import FilterReusedOffloadingManager
@@ -15,6 +14,7 @@ from kvoffload.spec.errors import InvalidKeyError
 from kvoffload.spec.keys import OffloadKey, validate_offload_keys
 from kvoffload.spec.model import ManagerModel
 from kvoffload.spec.reuse import ReuseFilterModel
+from tests.impl.impl_helpers import CTX, READY, cpu_manager, drive_to, key, keys, observe, probe
 
 NUM_BLOCKS = 4
 STORED = keys("s0 s1 s2")

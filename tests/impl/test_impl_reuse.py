@@ -5,12 +5,22 @@ from __future__ import annotations
 
 import pytest
 
-from impl_helpers import ABSENT, CTX, READY, cpu_manager, key, keys, removed, slots, stored
 from kvoffload.impl.manager import CPUOffloadingManager
 from kvoffload.impl.policies import LRUCachePolicy
 from kvoffload.impl.reuse import FilterReusedOffloadingManager
 from kvoffload.spec.contract import RequestOffloadingContext
 from kvoffload.spec.keys import OffloadKey
+from tests.impl.impl_helpers import (
+    ABSENT,
+    CTX,
+    READY,
+    cpu_manager,
+    key,
+    keys,
+    removed,
+    slots,
+    stored,
+)
 
 
 def filtered(

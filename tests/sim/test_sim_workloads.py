@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from kvoffload.spec.errors import ConfigurationError
 from kvoffload.workloads import (
     WORKLOADS,
     RequestRecord,
@@ -19,7 +20,6 @@ from kvoffload.workloads import (
     parse_trace_lines,
     write_trace,
 )
-from kvoffload.spec.errors import ConfigurationError
 
 
 @pytest.mark.parametrize("name", sorted(WORKLOADS))

@@ -30,7 +30,8 @@ configuration can show, with the reason."""
 
 
 class _Entry(Protocol):
-    name: str
+    @property
+    def name(self) -> str: ...
 
     @property
     def correct(self) -> bool: ...

@@ -16,13 +16,10 @@ import importlib
 from typing import Any
 
 import pytest
-from corpus_verdicts import expected_to_pass
 
 from kvoffload.stateful import AuditReport, ReuseFilterParams, audit
-
-# imported by name: the corpus package is "tests.blind_corpus" at run time
-# and "blind_corpus" to the type checker
-MANIFEST: list[Any] = importlib.import_module("tests.blind_corpus.manifest").MANIFEST
+from tests.blind_corpus.manifest import MANIFEST
+from tests.stateful.corpus_verdicts import expected_to_pass
 
 PASSING_BUDGET = 80
 SEED = 20261121

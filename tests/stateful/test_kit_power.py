@@ -19,14 +19,6 @@ import threading
 from collections.abc import Collection, Iterable
 
 import pytest
-from thirdparty import (
-    BLOCK_SIZE,
-    MEDIUM,
-    CountingReuseFilter,
-    DictLRUManager,
-    Entry,
-    dict_lru,
-)
 
 from kvoffload.spec.contract import (
     LoadStoreSpec,
@@ -41,6 +33,14 @@ from kvoffload.stateful.coverage import ARC_BRANCHES, LIFECYCLE_ROWS
 from kvoffload.stateful.drivers import ENGINE, explore, run_seed
 from kvoffload.stateful.engine import run_engine
 from kvoffload.stateful.harness import Discrepancy, Harness
+from tests.stateful.thirdparty import (
+    BLOCK_SIZE,
+    MEDIUM,
+    CountingReuseFilter,
+    DictLRUManager,
+    Entry,
+    dict_lru,
+)
 
 BUDGET = 80  # runs per audit in these tests (the default is 500)
 BYTES_PER_BLOCK = 4096

@@ -9,7 +9,6 @@ from collections import Counter
 from collections.abc import Collection
 
 import attrs
-from test_kit_profiles import Delegating, lru
 
 from kvoffload import CPUOffloadingManager
 from kvoffload.spec.contract import (
@@ -23,6 +22,7 @@ from kvoffload.spec.invariants import Invariant
 from kvoffload.spec.keys import OffloadKey, get_offload_group_idx
 from kvoffload.spec.profile import DEFAULT, RecencyCommit
 from kvoffload.stateful import audit
+from tests.stateful.test_kit_profiles import Delegating, lru
 
 REQUEST_END = attrs.evolve(DEFAULT, name="request-end", recency_commit=RecencyCommit.REQUEST_END)
 

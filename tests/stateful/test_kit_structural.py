@@ -9,12 +9,12 @@ from collections.abc import Collection, Iterable
 from types import SimpleNamespace
 
 import attrs
-from test_kit_profiles import Delegating, lru
 
 from kvoffload.spec.contract import OffloadingManager, ReqContext
 from kvoffload.spec.keys import OffloadKey
 from kvoffload.spec.profile import DEFAULT, LookupAnswer
 from kvoffload.stateful import audit
+from tests.stateful.test_kit_profiles import Delegating, lru
 
 
 class Medium(enum.Enum):

@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Sequence
 
 import pytest
-from thirdparty import DictLRUManager, SlotSpec
 
 from kvoffload.impl.backend import Backend
 from kvoffload.impl.block import BlockStatus
@@ -24,6 +23,7 @@ from kvoffload.spec.contract import (
 from kvoffload.spec.errors import ConfigurationError
 from kvoffload.spec.keys import OffloadKey, make_offload_key
 from kvoffload.stateful import audit
+from tests.stateful.thirdparty import DictLRUManager, SlotSpec
 
 CTX = ReqContext(req_id="gap")
 KEYS = [make_offload_key(b"gap%02d" % i, 0) for i in range(6)]

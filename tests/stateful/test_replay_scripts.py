@@ -8,10 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from thirdparty import unprotected_lru
-
 from kvoffload.spec.invariants import Invariant
 from kvoffload.stateful import audit
+from tests.stateful.thirdparty import unprotected_lru
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 

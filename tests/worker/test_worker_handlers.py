@@ -14,7 +14,7 @@ from kvoffload.impl.specs import CPULoadStoreSpec, GPULoadStoreSpec
 from kvoffload.impl.worker.base import TransferResult, TransferSpec
 from kvoffload.impl.worker.cpu_gpu import CpuGpuOffloadingHandlers
 from kvoffload.spec.errors import ConfigurationError, TransferError
-from worker_helpers import DEVICES, assert_unchanged, make_caches, snapshot
+from tests.worker.worker_helpers import DEVICES, assert_unchanged, make_caches, snapshot
 
 ROWS = (24, 40)
 

@@ -39,7 +39,7 @@ from kvoffload.impl.worker.spec import CPUOffloadingConfig, CPUOffloadingSpec
 from kvoffload.impl.worker.worker import OffloadingWorker
 from kvoffload.spec.contract import ReqContext
 from kvoffload.spec.keys import OffloadKey, get_offload_group_idx, make_offload_key
-from worker_helpers import HAS_CUDA, make_caches, pattern
+from tests.worker.worker_helpers import HAS_CUDA, make_caches, pattern
 
 CTX = ReqContext("integrity")
 NUM_HASHES = 7

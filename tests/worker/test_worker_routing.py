@@ -180,7 +180,7 @@ torch_needed = pytest.mark.skipif(
 
 @torch_needed
 def test_spec_handlers_are_typed_pairs_and_check_page_bytes() -> None:
-    from worker_helpers import make_caches
+    from tests.worker.worker_helpers import make_caches
 
     caches = make_caches("cpu", 8, (16, 48))
     spec = CPUOffloadingSpec(CPUOffloadingConfig(
@@ -204,7 +204,7 @@ def test_spec_handlers_are_typed_pairs_and_check_page_bytes() -> None:
 
 @torch_needed
 def test_a_malformed_spec_through_the_worker_is_a_failed_result() -> None:
-    from worker_helpers import make_caches
+    from tests.worker.worker_helpers import make_caches
 
     caches = make_caches("cpu", 8, (16,))
     worker = CPUOffloadingSpec(CPUOffloadingConfig(16, num_cpu_blocks=4)).build_worker(caches)

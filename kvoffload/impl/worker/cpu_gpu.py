@@ -95,8 +95,15 @@ class _Transfer:
     """A submitted job, from submission until its result is taken."""
 
     __slots__ = (
-        "job_id", "size", "reported", "stream", "start_event", "end_event",
-        "cpu_seconds", "keepalive", "deferred",
+        "cpu_seconds",
+        "deferred",
+        "end_event",
+        "job_id",
+        "keepalive",
+        "reported",
+        "size",
+        "start_event",
+        "stream",
     )
 
     def __init__(self, job_id: int, size: int, reported: bool) -> None:

@@ -1,0 +1,1 @@
+"""kvoffload's own tests."""
