@@ -1,7 +1,8 @@
-"""The contract every offloading manager honours (reference 004's interface).
+"""The contract every offloading manager honours (the key-and-request-context interface of vLLM's
+``vllm/v1/kv_offload``, 0.21 and later).
 
 The phase rules of each call are in :mod:`kvoffload.spec.lifecycle`; the
-invariants a manager keeps are in DESIGN.md and ``docs/SPEC.md``.
+invariants a manager keeps are in ``docs/SPEC.md``.
 """
 
 from __future__ import annotations

@@ -140,7 +140,7 @@ class LRUModel:
 
 @attrs.frozen
 class ARCModel:
-    """Adaptive replacement (reference 001/003, plus DESIGN.md's liveness rule).
+    """Adaptive replacement (vLLM's ``ARCCachePolicy``, plus the liveness rule of docs/SPEC.md).
 
     ``t1`` holds keys seen once (and every PENDING key), ``t2`` keys touched
     again while stored; ``b1``/``b2`` are ghosts of keys evicted from

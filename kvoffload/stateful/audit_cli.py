@@ -131,7 +131,7 @@ def add_target_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--legacy",
         action="store_true",
-        help="the target speaks the block-hash-list API (references 000-002)",
+        help="the target speaks the block-hash-list API (vLLM 0.11-0.19)",
     )
     parser.add_argument(
         "--profile",
@@ -194,13 +194,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "reuse filter, each under the release's profile",
     )
     parser.add_argument(
-        "--examples", type=positive_int, default=None, help="Hypothesis examples per target"
+        "--examples", type=positive_int, default=None, help="runs per target (default 500; each a fresh manager and a random plan)"
     )
     parser.add_argument(
         "--seed", type=int, default=None,
         help="replay the audit with this seed (default: a fresh seed, printed)",
     )
-    parser.add_argument("--steps", type=positive_int, default=None, help="calls per example")
+    parser.add_argument("--steps", type=positive_int, default=None, help="calls per run (default: drawn per run)")
 
 
 def _row(report: AuditReport) -> str:

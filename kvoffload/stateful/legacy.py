@@ -1,6 +1,6 @@
 """Audit managers written against the older block-hash-list API.
 
-References 000–002 describe managers whose calls take lists of block hashes:
+vLLM 0.11–0.19 have managers whose calls take lists of block hashes:
 ``lookup(hashes) -> int`` (length of the ready prefix), ``prepare_load``,
 ``touch``, ``complete_load``, ``prepare_store(hashes)`` returning an object
 with ``block_hashes_to_store``, ``store_spec`` and ``block_hashes_evicted``,
@@ -26,7 +26,7 @@ from kvoffload.spec.keys import OffloadKey
 
 
 class LegacyOffloadingManager(Protocol):
-    """The block-hash-list interface of references 000–002."""
+    """The block-hash-list interface of vLLM 0.11–0.19."""
 
     def lookup(self, block_hashes: Iterable[bytes]) -> int | None: ...
 

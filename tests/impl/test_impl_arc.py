@@ -1,4 +1,4 @@
-"""ARC against hand-worked examples (references 001/003, DESIGN's liveness rule).
+"""ARC against hand-worked examples (vLLM's ARC arithmetic, the liveness rule of docs/SPEC.md).
 
 Notation in the comments: lists are written least recent first (LRU → MRU),
 ``p`` is ``target_t1_size``, ``vt1`` the virtual T1 size an eviction counts

@@ -1,4 +1,4 @@
-"""Every bad input of issue 2 raises a typed ``OffloadingError`` and changes
+"""Every bad input raises a typed ``OffloadingError`` and changes
 nothing: phases, lookup answers, slots, recency/ARC state, the event queue
 and (through a probe of later stores) the hidden eviction and slot order."""
 

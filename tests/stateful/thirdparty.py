@@ -8,7 +8,7 @@ would write them:
   API (typed errors, exact LRU order, ``phase``/``slot_of`` introspection);
   :class:`CountingReuseFilter` a correct reuse filter in front of any manager.
 - :class:`LegacyLRUManager`, :class:`LegacyARCManager`: correct managers on
-  the block-hash-list API of references 000–002 (``KeyError``/``assert`` for
+  the block-hash-list API of vLLM 0.11–0.19 (``KeyError``/``assert`` for
   illegal calls, no ``reset_cache``), audited through
   :class:`~kvoffload.stateful.LegacyManagerAdapter`.
 - Defective variants of each, one realistic slip apiece.
@@ -322,7 +322,7 @@ class ThresholdOnlyFilter(CountingReuseFilter):
         return self.counts.get(key, 0) >= self.threshold
 
 
-# --- the legacy block-hash-list API (references 000-002) ---------------------
+# --- the legacy block-hash-list API (vLLM 0.11-0.19) ---------------------
 
 
 @attrs.frozen
@@ -510,7 +510,7 @@ class LegacyARCManager(LegacyLRUManager):
 
 
 class LegacyRefusingARCManager(LegacyARCManager):
-    """Defect (vLLM's ARC of reference 001): when the preferred list has no
+    """Defect (vLLM 0.19's ARC): when the preferred list has no
     evictable block the store is refused, though the other list has one."""
 
     def choose_victims(self, need: int, offered: set[bytes]) -> list[bytes] | None:

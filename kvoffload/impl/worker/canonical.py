@@ -1,4 +1,4 @@
-"""Canonical, block-level view of the GPU KV caches (reference 004).
+"""Canonical, block-level view of the GPU KV caches (as vLLM's ``kv_offload`` defines it).
 
 The worker side never looks at attention layouts. It sees a list of unique
 byte tensors, each with shape ``(num_blocks, page_size_bytes)`` and dtype

@@ -1,5 +1,5 @@
 """Offloading specs: the one place where the scheduler half (a manager) and
-the worker half (handlers) are built from one configuration (reference 004's
+the worker half (handlers) are built from one configuration (vLLM's
 ``OffloadingSpec``, without vLLM's config objects)."""
 
 from __future__ import annotations
