@@ -392,7 +392,7 @@ def test_the_kit_still_passes_the_built_in_manager_under_each_error_style(
 def test_the_command_line_takes_a_profile_by_name(capsys: pytest.CaptureFixture[str]) -> None:
     from kvoffload.stateful.audit_cli import main
 
-    target = ["--target", "test_kit_profiles:bare_errors", "--policy", "lru", "--examples", "30"]
+    target = ["--target", "tests.stateful.test_kit_profiles:bare_errors", "--policy", "lru", "--examples", "30"]
     assert main([*target, "--profile", "legacy", "--no-reset"]) == 0
     assert "PASS" in capsys.readouterr().out
     assert main(target) == 1  # kvoffload's own profile demands typed errors
