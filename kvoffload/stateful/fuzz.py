@@ -52,17 +52,23 @@ def shared_database() -> ExampleDatabase | None:
 
 
 def use_shared_database(database: ExampleDatabase | None = None) -> None:
-    """Make ``database`` (default: :func:`shared_database`) Hypothesis's
-    default example database, as HypoFuzz requires of every test it fuzzes.
+    """Make Hypothesis's default settings fit for a HypoFuzz campaign.
 
-    Call it at the top of a fuzz module, before any test is defined. Does
-    nothing when no database is given and ``KVOFFLOAD_FUZZ_DB`` is unset.
+    HypoFuzz fuzzes only tests that are not derandomized and that use the
+    default example database, so this loads a profile, derived from the
+    current one, with ``derandomize=False`` and with ``database`` (default:
+    :func:`shared_database`; Hypothesis's default when that is None too) as
+    the example database. Call it at the top of a fuzz module, before any
+    test is defined.
     """
     chosen = database if database is not None else shared_database()
-    if chosen is None:
-        return
     current = settings.get_profile(settings.get_current_profile_name())
-    settings.register_profile(_PROFILE, parent=current, database=chosen)
+    if chosen is None:
+        settings.register_profile(_PROFILE, parent=current, derandomize=False)
+    else:
+        settings.register_profile(
+            _PROFILE, parent=current, derandomize=False, database=chosen
+        )
     settings.load_profile(_PROFILE)
 
 
