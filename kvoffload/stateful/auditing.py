@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 import time
 from collections.abc import Callable
@@ -84,6 +85,21 @@ class AuditReport:
         return f"{text}\n{self.message}\n\nReplay ({self.calls} calls):\n{self.script}"
 
 
+
+SEED_ENV = "KVOFFLOAD_AUDIT_SEED"
+"""Environment variable: the seed of every audit not given one."""
+
+
+def _default_seed() -> int:
+    fixed = os.environ.get(SEED_ENV)
+    if fixed is None or not fixed.strip():
+        return random.SystemRandom().randrange(2**32)
+    try:
+        return int(fixed)
+    except ValueError:
+        raise ValueError(f"{SEED_ENV} must be an integer, got {fixed!r}") from None
+
+
 def audit(
     factory: Callable[[int], OffloadingManager],
     *,
@@ -114,8 +130,9 @@ def audit(
     ``DEFAULT_EXAMPLES``/``DEFAULT_STEPS`` whatever the Hypothesis profile:
     an audit's default budget is the same everywhere (``max_examples`` runs
     of about ``stateful_step_count`` calls). ``seed`` fixes the audit; None
-    draws a fresh seed, which the report prints (``AuditReport.seed``) so the
-    audit replays with ``seed=``. ``max_blocks``/``num_keys``: each run
+    draws a fresh seed (or takes ``KVOFFLOAD_AUDIT_SEED`` from the
+    environment, for a CI that must repeat itself), which the report prints
+    (``AuditReport.seed``) so the audit replays with ``seed=``. ``max_blocks``/``num_keys``: each run
     draws 1..``max_blocks`` blocks and uses part of a universe of
     ``num_keys`` keys (two KV groups per block hash). ``factory_import`` (``"module:callable"``) lets the
     replay script import the factory. ``context_factory(req_id)`` builds the
@@ -145,7 +162,7 @@ def audit(
     if stateful_step_count is None:
         stateful_step_count = DEFAULT_STEPS
     if seed is None:
-        seed = random.SystemRandom().randrange(2**32)
+        seed = _default_seed()
     target = name or str(getattr(factory, "__qualname__", repr(factory)))
     started = time.perf_counter()
     found = explore(config, seed=seed, runs=max_examples, steps=stateful_step_count)

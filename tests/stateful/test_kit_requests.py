@@ -19,7 +19,7 @@ from kvoffload.spec.contract import (
     RequestOffloadingContext,
 )
 from kvoffload.spec.invariants import Invariant
-from kvoffload.spec.keys import OffloadKey, get_offload_group_idx
+from kvoffload.spec.keys import OffloadKey, get_offload_group_idx, validate_offload_keys
 from kvoffload.spec.profile import DEFAULT, RecencyCommit
 from kvoffload.stateful import audit
 from tests.stateful.test_kit_profiles import Delegating, lru
@@ -147,6 +147,9 @@ class RequestScopedLRU(Delegating):
     def prepare_store(
         self, keys: Collection[OffloadKey], req_context: ReqContext
     ) -> PrepareStoreOutput | None:
+        # keys are checked before the phases are read: a bad key must raise
+        # InvalidKeyError, and the compiled build's phase() takes keys only
+        keys = validate_offload_keys(keys)
         used = [
             k for k in keys
             if self.inner.phase(k).readable or self.inner.phase(k).kind.value == "ABSENT"
