@@ -113,6 +113,7 @@ class EngineProtocolChecker(Delegating):
     def reset_cache(self) -> None:
         super().reset_cache()
         self.loads.clear()
+        self.stores.clear()  # nothing is in flight after a reset
 
 
 CHECKERS: list[EngineProtocolChecker] = []
