@@ -27,7 +27,7 @@ from kvoffload.spec.contract import (
     PrepareStoreOutput,
     ReqContext,
 )
-from kvoffload.spec.keys import OffloadKey, get_offload_block_hash, validate_offload_key
+from kvoffload.spec.keys import OffloadKey, get_offload_block_hash
 from kvoffload.stateful import KitConfig, ReuseFilterParams, audit
 from kvoffload.stateful.coverage import ARC_BRANCHES, LIFECYCLE_ROWS
 from kvoffload.stateful.drivers import ENGINE, explore, run_seed
@@ -38,7 +38,6 @@ from tests.stateful.thirdparty import (
     MEDIUM,
     CountingReuseFilter,
     DictLRUManager,
-    Entry,
     dict_lru,
 )
 
@@ -61,33 +60,13 @@ class HighSlotManager(DictLRUManager):
     """Correct, but hands out the highest free slot first and names byte
     offsets in its specs."""
 
-    def prepare_store(
-        self, keys: Collection[OffloadKey], req_context: ReqContext
-    ) -> PrepareStoreOutput | None:
-        offered = [validate_offload_key(key) for key in keys]
-        new = [key for key in dict.fromkeys(offered) if key not in self.blocks]
-        evicted: list[OffloadKey] = []
-        need = len(new) - len(self.free_slots)
-        if need > 0:
-            chosen = self.victims(need, set(offered))
-            if chosen is None:
-                return None
-            for key in chosen:
-                self.free_slots.append(self.blocks.pop(key).slot)
-            self._event(chosen, removed=True)
-            evicted = chosen
-        slots = []
-        for key in new:
-            slot = max(self.free_slots)
-            self.free_slots.remove(slot)
-            self.blocks[key] = Entry(slot)
-            slots.append(slot)
-        spec = ByteOffsetSpec(s * BYTES_PER_BLOCK for s in slots)
-        return PrepareStoreOutput(tuple(new), spec, tuple(evicted))
+    def take_free_slot(self) -> int:
+        slot = max(self.free_slots)
+        self.free_slots.remove(slot)
+        return slot
 
-    def prepare_load(self, keys: Collection[OffloadKey], req_context: ReqContext) -> LoadStoreSpec:
-        spec = super().prepare_load(keys, req_context)
-        return ByteOffsetSpec(s * BYTES_PER_BLOCK for s in getattr(spec, "block_ids"))
+    def spec_of(self, slots: list[int]) -> LoadStoreSpec:
+        return ByteOffsetSpec(s * BYTES_PER_BLOCK for s in slots)
 
 
 class OutputsOnly(OffloadingManager):

@@ -105,7 +105,7 @@ class DictLRUManager(OffloadingManager):
                 raise IllegalTransitionError(key, self.phase(key), Call.PREPARE_LOAD)
         for key in keys:
             self.blocks[key].ref_cnt += 1
-        return SlotSpec(self.blocks[key].slot for key in keys)
+        return self.spec_of([self.blocks[key].slot for key in keys])
 
     def complete_load(
         self, keys: Collection[OffloadKey], req_context: ReqContext
@@ -150,10 +150,18 @@ class DictLRUManager(OffloadingManager):
                 self.free_slots.append(self.blocks.pop(key).slot)
             self._event(chosen, removed=True)
             evicted = chosen
-        slots = [self.free_slots.pop(0) for _ in new]
+        slots = [self.take_free_slot() for _ in new]
         for key, slot in zip(new, slots):
             self.blocks[key] = Entry(slot)
-        return PrepareStoreOutput(tuple(new), SlotSpec(slots), tuple(evicted))
+        return PrepareStoreOutput(tuple(new), self.spec_of(slots), tuple(evicted))
+
+    def take_free_slot(self) -> int:
+        """The free slot the next new key gets (oldest freed first)."""
+        return self.free_slots.pop(0)
+
+    def spec_of(self, slots: list[int]) -> LoadStoreSpec:
+        """The spec naming ``slots``, for stores and loads alike."""
+        return SlotSpec(slots)
 
     def complete_store(
         self,
