@@ -67,6 +67,7 @@ from kvoffload.spec.keys import (
 from kvoffload.spec.lifecycle import (
     ABSENT,
     PENDING,
+    READY,
     Call,
     Phase,
 )
@@ -633,7 +634,7 @@ class ManagerModel:
             raise ConfigurationError(f"num_blocks must be >= 1, got {num_blocks}")
         if block_size < 1:
             raise ConfigurationError(f"block_size must be >= 1, got {block_size}")
-        model = policy if not isinstance(policy, str) else make_policy(policy, num_blocks)
+        model = policy if not isinstance(policy, str) else make_policy(policy, num_blocks, profile)
         return cls(
             num_blocks=num_blocks,
             policy=model,
@@ -865,7 +866,8 @@ class ManagerModel:
             events = self.events
             if changed and self.enable_events:
                 events += (self._event(changed, removed=False),)
-            model = attrs.evolve(self, blocks=blocks, events=events)
+            policy = self.policy.made_evictable(changed)
+            model = attrs.evolve(self, blocks=blocks, events=events, policy=policy)
         else:
             policy = self.policy
             for key in changed:
@@ -892,7 +894,9 @@ class ManagerModel:
         if self.request_scoped:
             record = self.record(request).seeing(keys).reusing(keys)
             requests = requests.set(request, record)
-        model = attrs.evolve(self, blocks=blocks, requests=requests)
+        pinned = tuple(k for k in dedup(keys) if self.phase(k) == READY)
+        policy = self.policy.made_unevictable(pinned)
+        model = attrs.evolve(self, blocks=blocks, requests=requests, policy=policy)
         return model, tuple(self.blocks[k].slot for k in keys)
 
     def complete_load(self, keys: Sequence[OffloadKey]) -> tuple[ManagerModel, None]:
@@ -900,7 +904,14 @@ class ManagerModel:
         Raises :class:`IllegalTransitionError` at the first occurrence that
         finds no load in flight, naming the phase found there."""
         keys = validate_offload_keys(keys)
-        return attrs.evolve(self, blocks=self._count_loads(keys, Call.COMPLETE_LOAD)), None
+        blocks = self._count_loads(keys, Call.COMPLETE_LOAD)
+        # a block whose last load completes at its last occurrence in the call
+        last = {key: i for i, key in enumerate(keys)}
+        released = sorted(
+            (k for k in last if blocks[k].phase == READY), key=last.__getitem__
+        )
+        policy = self.policy.made_evictable(released)
+        return attrs.evolve(self, blocks=blocks, policy=policy), None
 
     def touch(self, keys: Sequence[OffloadKey]) -> tuple[ManagerModel, None]:
         """Recency only (see the policy); unknown keys are ignored."""

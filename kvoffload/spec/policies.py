@@ -19,6 +19,10 @@ asks it four things and replaces it by the value each answer returns:
   under request-scoped recency (``RecencyCommit.REQUEST_END``): ``order``
   the keys it used, first used first; ``inserted_only`` those it only
   stored, ``reused`` the stored ones it loaded or offered again.
+- ``made_evictable(keys)``: ``keys`` became evictable (a store completed,
+  or a block's last load completed), in that order; ``made_unevictable(keys)``:
+  READY ``keys`` were pinned by a first load. Only a policy that ranks blocks
+  when they become evictable (``LRURank.EVICTABLE``) acts on them.
 
 Sequences are tuples ordered least-recent first: the last element is the most
 recently used (the *MRU end*).
@@ -44,6 +48,7 @@ import attrs
 
 from kvoffload.spec.errors import ConfigurationError
 from kvoffload.spec.keys import OffloadKey
+from kvoffload.spec.profile import DEFAULT, LRURank, Profile
 
 KeySeq = tuple[OffloadKey, ...]
 
@@ -72,17 +77,25 @@ class LRUModel:
     """Least-recently-used: ``order`` runs least-recent first.
 
     Insert appends at the MRU end; ``touch`` walks its keys in reverse moving
-    each tracked key to the MRU end (so the first key ends most recent);
+    each ordered key to the MRU end (so the first key ends most recent);
     victims are the ``need`` least-recent eligible keys.
+
+    ``evictable_only`` (the profile's ``lru_rank`` is ``LRURank.EVICTABLE``):
+    ``order`` holds only the evictable keys (READY, no load in flight). A key
+    joins it at the MRU end when it becomes evictable (its store or its last
+    load completes), leaves it when a load pins it, and is not ordered while
+    PENDING; ``touch`` therefore moves evictable keys only.
     """
 
     order: KeySeq = ()
+    evictable_only: bool = False
 
     name = "lru"
 
     def resident(self) -> frozenset[OffloadKey] | None:
-        """The keys this policy orders (exactly the tracked keys)."""
-        return frozenset(self.order)
+        """The keys this policy orders (exactly the tracked keys), or
+        ``None`` when it orders only the evictable ones."""
+        return None if self.evictable_only else frozenset(self.order)
 
     def state_view(self) -> dict[str, object]:
         """The state in :class:`~kvoffload.spec.contract.InspectablePolicy`'s
@@ -93,13 +106,18 @@ class LRUModel:
         """Why this state is incoherent for the ``tracked`` keys, or None."""
         if len(set(self.order)) != len(self.order):
             return "the LRU order repeats a key"
+        if not tracked.issuperset(self.order):
+            return "the LRU order holds a key that is not tracked"
         return None
 
+    def _with(self, order: KeySeq) -> LRUModel:
+        return LRUModel(order, self.evictable_only)
+
     def inserted(self, keys: Sequence[OffloadKey]) -> LRUModel:
-        return LRUModel(self.order + tuple(keys))
+        return self if self.evictable_only else self._with(self.order + tuple(keys))
 
     def removed(self, key: OffloadKey) -> LRUModel:
-        return LRUModel(_without(self.order, (key,)))
+        return self._with(_without(self.order, (key,)))
 
     def touched(
         self, keys: Sequence[OffloadKey], pending: frozenset[OffloadKey]
@@ -108,7 +126,7 @@ class LRUModel:
         for key in reversed(keys):
             if key in order:
                 order = _to_mru(order, key)
-        return LRUModel(order)
+        return self._with(order)
 
     def committed(
         self, order: Sequence[OffloadKey], inserted_only: frozenset[OffloadKey],
@@ -118,6 +136,19 @@ class LRUModel:
         ``order``, are used as a ``touch`` of them would: the first ends most
         recent."""
         return self.touched(order, frozenset())
+
+    def made_evictable(self, keys: Sequence[OffloadKey]) -> LRUModel:
+        if not self.evictable_only:
+            return self
+        order = self.order
+        for key in keys:
+            order = _to_mru(order, key)
+        return self._with(order)
+
+    def made_unevictable(self, keys: Sequence[OffloadKey]) -> LRUModel:
+        if not self.evictable_only:
+            return self
+        return self._with(_without(self.order, frozenset(keys)))
 
     def choose_victims(
         self, need: int, eligible: Sequence[OffloadKey]
@@ -132,10 +163,10 @@ class LRUModel:
         return _exact_choice("LRU", self.choose_victims(need, eligible), victims)
 
     def evicted(self, victims: Sequence[OffloadKey]) -> LRUModel:
-        return LRUModel(_without(self.order, frozenset(victims)))
+        return self._with(_without(self.order, frozenset(victims)))
 
     def cleared(self) -> LRUModel:
-        return LRUModel()
+        return self._with(())
 
 
 @attrs.frozen
@@ -251,6 +282,12 @@ class ARCModel:
                 t2 = _to_mru(t2, key)
         return attrs.evolve(self, t1=t1, t2=t2)
 
+    def made_evictable(self, keys: Sequence[OffloadKey]) -> ARCModel:
+        return self
+
+    def made_unevictable(self, keys: Sequence[OffloadKey]) -> ARCModel:
+        return self
+
     def choose_victims(
         self, need: int, eligible: Sequence[OffloadKey]
     ) -> KeySeq | None:
@@ -342,6 +379,12 @@ class AnyPolicyModel:
     ) -> AnyPolicyModel:
         return self
 
+    def made_evictable(self, keys: Sequence[OffloadKey]) -> AnyPolicyModel:
+        return self
+
+    def made_unevictable(self, keys: Sequence[OffloadKey]) -> AnyPolicyModel:
+        return self
+
     def choose_victims(
         self, need: int, eligible: Sequence[OffloadKey]
     ) -> KeySeq | None:
@@ -375,13 +418,14 @@ PolicyModel = Union[LRUModel, ARCModel, AnyPolicyModel]
 class PolicyInfo:
     """One entry of :data:`POLICY_REGISTRY`.
 
-    ``make(capacity)`` builds the empty model. ``implementable``: the policy
+    ``make(capacity, profile)`` builds the empty model under ``profile``'s
+    conventions. ``implementable``: the policy
     determines its victims, so a manager can implement it and be held to
     exact agreement (``lru``, ``arc``); ``any`` only audits.
     """
 
     name: str
-    make: Callable[[int], PolicyModel]
+    make: Callable[[int, Profile], PolicyModel]
     implementable: bool
     summary: str
 
@@ -391,9 +435,18 @@ def _registry(*infos: PolicyInfo) -> Mapping[str, PolicyInfo]:
 
 
 POLICY_REGISTRY: Mapping[str, PolicyInfo] = _registry(
-    PolicyInfo("lru", lambda capacity: LRUModel(), True, "least recently used"),
-    PolicyInfo("arc", lambda capacity: ARCModel(capacity=capacity), True, "adaptive replacement"),
-    PolicyInfo("any", lambda capacity: AnyPolicyModel(), False, "any legal victims (audits only)"),
+    PolicyInfo(
+        "lru",
+        lambda capacity, profile: LRUModel(evictable_only=profile.lru_rank is LRURank.EVICTABLE),
+        True,
+        "least recently used",
+    ),
+    PolicyInfo(
+        "arc", lambda capacity, profile: ARCModel(capacity=capacity), True, "adaptive replacement"
+    ),
+    PolicyInfo(
+        "any", lambda capacity, profile: AnyPolicyModel(), False, "any legal victims (audits only)"
+    ),
 )
 """Every policy the specification knows, by name."""
 
@@ -406,14 +459,15 @@ IMPLEMENTABLE_POLICY_NAMES: tuple[str, ...] = tuple(
 """``("lru", "arc")``: the policies a manager implements."""
 
 
-def make_policy(name: str, capacity: int) -> PolicyModel:
-    """The empty policy model registered as ``name`` (see :data:`POLICY_NAMES`)."""
+def make_policy(name: str, capacity: int, profile: Profile = DEFAULT) -> PolicyModel:
+    """The empty policy model registered as ``name`` (see :data:`POLICY_NAMES`),
+    keeping ``profile``'s conventions."""
     info = POLICY_REGISTRY.get(name) if isinstance(name, str) else None
     if info is None:
         raise ConfigurationError(
             f"unknown cache policy {name!r}; expected one of {', '.join(POLICY_NAMES)}"
         )
-    return info.make(capacity)
+    return info.make(capacity, profile)
 
 
 __all__ = [

@@ -65,6 +65,18 @@ class RecencyCommit(enum.Enum):
     REQUEST_END = "request-end"
 
 
+class LRURank(enum.Enum):
+    """Where LRU places a block in its recency order."""
+
+    #: When it is stored (``prepare_store``, most recent) and at each use.
+    USE = "use"
+    #: Only evictable blocks (READY, no load in flight) are ordered: a block
+    #: becomes most recent when its store completes or its last load
+    #: completes, leaves the order while a load pins it, and ``touch`` moves
+    #: evictable blocks only. ARC is not affected.
+    EVICTABLE = "evictable"
+
+
 class ResetAnnounce(enum.Enum):
     """Who publishes that ``reset_cache`` dropped every block."""
 
@@ -109,6 +121,7 @@ class Profile:
     filter_counts: FilterCounts = FilterCounts.LOOKUPS
     filter_reset_clears: bool = True
     recency_commit: RecencyCommit = RecencyCommit.TOUCH
+    lru_rank: LRURank = LRURank.USE
     reset_announce: ResetAnnounce = ResetAnnounce.MANAGER
     offers_repeat_keys: bool = True
     errors: ErrorStyle = ErrorStyle.TYPED
@@ -194,6 +207,7 @@ __all__ = [
     "PRESETS",
     "ErrorStyle",
     "FilterCounts",
+    "LRURank",
     "LookupAnswer",
     "Profile",
     "RecencyCommit",

@@ -30,6 +30,7 @@ from kvoffload.spec.profile import (
     ErrorStyle,
     FilterCounts,
     LookupAnswer,
+    LRURank,
     Profile,
     RecencyCommit,
     ResetAnnounce,
@@ -85,19 +86,31 @@ VLLM_0_22 = attrs.evolve(
     # table) as it was.
     filter_reset_clears=False,
 )
-"""vLLM 0.22–0.24: the filter folded into ``CPUOffloadingManager``
+"""vLLM 0.22–0.23: the filter folded into ``CPUOffloadingManager``
 (``store_threshold``, ``max_tracker_size``), ``reset_cache``; 0.23 adds the
 request hooks (base.py ``on_new_request``), which change nothing in the CPU
 manager."""
 
-VLLM_0_25 = attrs.evolve(
+VLLM_0_24 = attrs.evolve(
     VLLM_0_22,
+    name="vllm-0.24",
+    # cpu/policies/lru.py: LRUCachePolicy keeps an OrderedDict of the blocks
+    # with ref_cnt 0 only; cpu/manager.py calls mark_evictable (append at the
+    # most recent end) when a store completes or a block's last load
+    # completes, and mark_non_evictable when a first load pins it; touch
+    # moves only blocks in that dict. cpu/policies/arc.py is unchanged.
+    lru_rank=LRURank.EVICTABLE,
+)
+"""vLLM 0.24: LRU ranks a block when it becomes evictable."""
+
+VLLM_0_25 = attrs.evolve(
+    VLLM_0_24,
     name="vllm-0.25",
     # base.py: lookup -> LookupResult {MISS, HIT, HIT_PENDING, RETRY};
     # cpu/manager.py answers HIT_PENDING for a block whose store is in flight.
     lookup_answer=LookupAnswer.RESULT,
 )
-"""vLLM 0.25–0.28: ``lookup`` answers a ``LookupResult``."""
+"""vLLM 0.25–0.28: ``lookup`` answers a ``LookupResult``; LRU as 0.24."""
 
 VLLM_0_29 = attrs.evolve(
     VLLM_0_25,
@@ -131,6 +144,11 @@ VLLM_0_31 = attrs.evolve(
     # ARC adapts its target when a request stores a ghost key
     # (on_store_miss).
     recency_commit=RecencyCommit.REQUEST_END,
+    # cpu/policies/lru.py: a block's rank is assigned when it is stored and
+    # at each committed use, pinned or not (a lazy heap of evictable blocks
+    # ordered by that rank): ranking no longer waits for the block to become
+    # evictable.
+    lru_rank=LRURank.USE,
 )
 """vLLM 0.31–0.32: request-scoped recency."""
 
@@ -149,6 +167,7 @@ PRESETS: tuple[Profile, ...] = (
     VLLM_0_20,
     VLLM_0_21,
     VLLM_0_22,
+    VLLM_0_24,
     VLLM_0_25,
     VLLM_0_29,
     VLLM_0_30,
@@ -163,7 +182,7 @@ _BY_GENERATION: dict[str, Profile] = {
     "0.21": VLLM_0_21,
     "0.22": VLLM_0_22,
     "0.23": VLLM_0_22,
-    "0.24": VLLM_0_22,
+    "0.24": VLLM_0_24,
     "0.25": VLLM_0_25,
     "0.29": VLLM_0_29,
     "0.30": VLLM_0_30,
@@ -193,6 +212,7 @@ __all__ = [
     "VLLM_0_20",
     "VLLM_0_21",
     "VLLM_0_22",
+    "VLLM_0_24",
     "VLLM_0_25",
     "VLLM_0_29",
     "VLLM_0_30",

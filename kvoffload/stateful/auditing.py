@@ -16,6 +16,7 @@ import attrs
 
 from kvoffload.spec.contract import OffloadingManager
 from kvoffload.spec.invariants import Invariant
+from kvoffload.spec.model import Operation
 from kvoffload.spec.profile import DEFAULT, Profile
 from kvoffload.stateful.coverage import CoverageSummary
 from kvoffload.stateful.drivers import explore, observability_warning
@@ -27,7 +28,7 @@ from kvoffload.stateful.harness import (
     default_context,
     render_script,
 )
-from kvoffload.stateful.shrink import failure_kind, fewest_blocks, replay, shrink
+from kvoffload.stateful.shrink import failure_kind, fewest_blocks, is_illegal, replay, shrink
 
 DEFAULT_EXAMPLES = 500
 DEFAULT_STEPS = 40
@@ -41,6 +42,12 @@ class AuditReport:
     the rule broken, ``key`` the key concerned (if any), ``message`` says
     how, and ``script`` is a short Python script replaying the shrunk
     counterexample (``calls`` manager calls long).
+
+    ``illegal_call_damage``: the failure disappears when the illegal calls
+    before it are left out, so an illegal call raised but changed the
+    manager (invariant ``errors``). Such a failure hides whatever else is
+    wrong, so the audit then runs again with illegal calls set aside, same
+    seed and budget: ``without_illegal_calls`` is that second report.
     """
 
     target: str
@@ -59,6 +66,8 @@ class AuditReport:
     coverage: CoverageSummary | None = None
     observability: str = "outputs only"
     warnings: tuple[str, ...] = ()
+    illegal_call_damage: bool = False
+    without_illegal_calls: AuditReport | None = None
 
     @property
     def steps_per_second(self) -> float:
@@ -82,7 +91,25 @@ class AuditReport:
         if self.passed:
             return "\n".join(lines)
         text = "\n".join(lines)
-        return f"{text}\n{self.message}\n\nReplay ({self.calls} calls):\n{self.script}"
+        text = f"{text}\n{self.message}\n\nReplay ({self.calls} calls):\n{self.script}"
+        if self.without_illegal_calls is not None:
+            text += (
+                "\n\nWith illegal calls set aside (an engine never makes them), "
+                "the same audit:\n" + self.without_illegal_calls.render()
+            )
+        return text
+
+    def verdict(self) -> str:
+        """``PASS``, or ``FAIL`` and the invariant; for a failure caused by
+        an illegal call, also the verdict with illegal calls set aside."""
+        if self.passed:
+            return "PASS"
+        text = f"FAIL: invariant {self.invariant}"
+        if self.illegal_call_damage:
+            text += " (an illegal call changed the manager)"
+        if self.without_illegal_calls is not None:
+            text += f"; without illegal calls: {self.without_illegal_calls.verdict()}"
+        return text
 
 
 
@@ -118,6 +145,7 @@ def audit(
     context_factory: ContextFactory | None = None,
     context_import: str | None = None,
     max_requests: int = 3,
+    illegal_calls: bool = True,
 ) -> AuditReport:
     """Audit the managers ``factory(num_blocks)`` builds against the spec.
 
@@ -139,7 +167,9 @@ def audit(
     request context the manager takes (default ``ReqContext``; one object
     per request, kept for its lifetime); ``context_import``
     (``"module:callable"``) lets the replay script build it the same way.
-    ``max_requests``: how many requests are open at once.
+    ``max_requests``: how many requests are open at once. ``illegal_calls``:
+    make illegal calls (see :class:`AuditReport` for what happens when one
+    damages the manager); False leaves them out from the start.
     """
     if reuse_filter is not None and reuse_filter.max_tracker_size <= 16:
         # the filter's protection rule shows only once a stored key's count
@@ -156,6 +186,7 @@ def audit(
         num_keys=num_keys,
         max_requests=max_requests,
         context_factory=context_factory or default_context,
+        illegal_calls=illegal_calls,
     )
     if max_examples is None:
         max_examples = DEFAULT_EXAMPLES
@@ -164,10 +195,29 @@ def audit(
     if seed is None:
         seed = _default_seed()
     target = name or str(getattr(factory, "__qualname__", repr(factory)))
+    report = _audit(config, target, seed, max_examples, stateful_step_count, factory_import,
+                    context_import)
+    if report.illegal_call_damage:
+        follow_up = _audit(attrs.evolve(config, illegal_calls=False), target, seed,
+                           max_examples, stateful_step_count, factory_import, context_import)
+        report = attrs.evolve(report, without_illegal_calls=follow_up)
+    return report
+
+
+def _audit(
+    config: KitConfig,
+    target: str,
+    seed: int,
+    max_examples: int,
+    stateful_step_count: int,
+    factory_import: str | None,
+    context_import: str | None,
+) -> AuditReport:
+    policy, num_keys = config.policy, config.num_keys
     started = time.perf_counter()
     found = explore(config, seed=seed, runs=max_examples, steps=stateful_step_count)
     elapsed = time.perf_counter() - started
-    policy_label = policy if reuse_filter is None else f"{policy}+filter"
+    policy_label = policy if config.reuse_filter is None else f"{policy}+filter"
     warnings = tuple(w for w in (observability_warning(found, config),) if w)
     passed = AuditReport(
         target,
@@ -203,6 +253,14 @@ def audit(
         invariant, key = Invariant.CRASH, None
         message = f"the manager raised {type(failure).__name__}: {failure}"
     trace = harness.trace if harness is not None else []
+    culprit = _damaging_illegal_call(config, num_blocks, trace)
+    if culprit is not None:
+        message = (
+            f"[{Invariant.ERRORS}] {culprit} raised but changed the manager: an illegal "
+            f"call must change nothing, and without the illegal calls before it the "
+            f"same calls pass. What the calls after it show: {message}"
+        )
+        invariant = Invariant.ERRORS
     script = render_script(
         trace,
         num_blocks=num_blocks,
@@ -220,4 +278,28 @@ def audit(
         message=message,
         script=script,
         calls=len(trace),
+        illegal_call_damage=culprit is not None
+        or (isinstance(failure, Discrepancy) and failure.illegal_call_damage),
     )
+
+
+def _damaging_illegal_call(
+    config: KitConfig, num_blocks: int, trace: list[tuple[Operation, str]]
+) -> str | None:
+    """The illegal call of a failing ``trace`` that the failure comes from:
+    left out, the failure disappears (a call the specification refuses
+    changes nothing, so leaving it out changes nothing for a correct
+    manager). The call as the replay script writes it, ``"the illegal
+    calls"`` when only leaving all of them out helps, or None when the
+    failure stays without them (or the trace has none before its last
+    call)."""
+    ops = [op for op, _ in trace]
+    illegal = [i for i, (_, text) in enumerate(trace[:-1]) if is_illegal(text)]
+    if not config.illegal_calls or not illegal:
+        return None
+    if replay(config, num_blocks, [op for i, op in enumerate(ops) if i not in illegal])[1]:
+        return None
+    for index in illegal:
+        if replay(config, num_blocks, ops[:index] + ops[index + 1 :])[1] is None:
+            return trace[index][1].split("  #")[0]
+    return "the illegal calls"

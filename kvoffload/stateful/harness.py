@@ -78,10 +78,17 @@ class Discrepancy(AssertionError):
     one. ``check`` is a line of Python, for the replay script, that fails
     when the manager still answers as it did (``out`` is the answer of the
     last call, ``m`` the manager); None when no such line can be written.
+    ``illegal_call_damage``: an illegal call raised but changed the manager.
     """
 
     def __init__(
-        self, invariant: Invariant, detail: str, key: object = None, check: str | None = None
+        self,
+        invariant: Invariant,
+        detail: str,
+        key: object = None,
+        check: str | None = None,
+        *,
+        illegal_call_damage: bool = False,
     ) -> None:
         where = f" (key {key!r})" if key is not None else ""
         super().__init__(f"[{invariant.label}]{where} {detail}")
@@ -89,6 +96,7 @@ class Discrepancy(AssertionError):
         self.detail = detail
         self.key = key
         self.check = check
+        self.illegal_call_damage = illegal_call_damage
 
 
 @attrs.frozen
@@ -113,6 +121,10 @@ class KitConfig:
     builds the request context the backend takes (default: ``ReqContext``;
     a backend with its own, e.g. mutable, context type supplies its own);
     ``max_requests``: how many requests the kit keeps open at once.
+    ``illegal_calls``: the kit makes illegal calls (each must raise, as the
+    profile says, and change nothing); when False every call the model
+    refuses is left out, not made: for looking past a backend known to be
+    damaged by illegal calls, which an engine never makes.
 
     ``typed_errors`` and ``supports_reset`` are the older spelling of
     ``profile.errors`` and ``profile.has_reset``: when given (not None) they
@@ -131,6 +143,7 @@ class KitConfig:
     num_keys: int = 6
     context_factory: ContextFactory = attrs.field(factory=lambda: default_context)
     max_requests: int = 3
+    illegal_calls: bool = True
 
     def __attrs_post_init__(self) -> None:
         if self.policy not in POLICIES:
@@ -337,6 +350,8 @@ class Harness:
     # --- illegal calls ------------------------------------------------------
 
     def _illegal(self, op: Operation, expected: OffloadingError) -> None:
+        if not self.config.illegal_calls:
+            return  # set aside: the call is not made
         typed = self.config.profile.errors is ErrorStyle.TYPED
         call = op.render(SCRIPT_SPELLING)
         raises = "" if typed else ", Exception"
@@ -366,7 +381,16 @@ class Harness:
                 f"{call} was accepted; the lifecycle table forbids it: {expected}",
                 getattr(expected, "key", None),
             )
-        self.check_state()  # an illegal call changes nothing
+        try:
+            self.check_state()  # an illegal call changes nothing
+        except Discrepancy as changed:
+            raise Discrepancy(
+                Invariant.ERRORS,
+                f"{call} raised but changed the manager: {changed}",
+                changed.key,
+                check=changed.check,
+                illegal_call_damage=True,
+            ) from changed
 
     # --- legal calls: one check per kind of answer -----------------------------
 

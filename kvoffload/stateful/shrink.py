@@ -10,6 +10,7 @@ still breaks the same invariant. Replays are cheap (no generation), so a
 from __future__ import annotations
 
 import time
+import traceback
 from collections.abc import Sequence
 
 import attrs
@@ -32,11 +33,19 @@ def replay(
 
 
 def failure_kind(error: BaseException) -> str:
-    """What a failure is about: the invariant's label, or ``crash:`` and the
-    exception's type."""
+    """What a failure is about: the invariant's label; for a crash, ``crash:``,
+    the exception's type and where it was raised (the innermost frame's file
+    and line), so that a crash never shrinks into a different crash."""
     if isinstance(error, Discrepancy):
         return error.invariant.label
-    return f"crash:{type(error).__name__}"
+    frames = traceback.extract_tb(error.__traceback__)
+    where = f"@{frames[-1].filename}:{frames[-1].lineno}" if frames else ""
+    return f"crash:{type(error).__name__}{where}"
+
+
+def is_illegal(text: str) -> bool:
+    """Whether a trace line records an illegal call (one that must raise)."""
+    return text.startswith("must_raise(")
 
 
 MAX_KEYS_SHRUNK = 64

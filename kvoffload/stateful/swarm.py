@@ -422,6 +422,8 @@ def draw_mix(rng: random.Random, config: KitConfig) -> dict[str, int]:
     for action in ACTIONS:
         if action.needs_reset and not profile.has_reset:
             continue
+        if action.illegal and not config.illegal_calls:
+            continue
         if action.name == "illegal_prepare_store" and not profile.validates_keys:
             continue
         if rng.random() < p_off and action.name not in _CORE:

@@ -13,8 +13,10 @@ in 0.19, calls without a request context in 0.20, ``ScheduleEndContext``),
 one vLLM ``ReqContext`` per request (it is a mutable per-request record from
 0.27 on), and ``lookup_prefix`` as the engine's own loop (``lookup`` key by
 key up to the first key that is not a hit; vLLM's managers have no
-``lookup_prefix`` after 0.19). Every difference of *behaviour* is an option of
-the release's profile, never a special case here.
+``lookup_prefix`` after 0.19). Answers, store outputs and events are the
+release's own objects, passed through: the kit reads them by their
+attributes. Every difference of *behaviour* is an option of the release's
+profile, never a special case here.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from __future__ import annotations
 import argparse
 import inspect
 import sys
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterable
 from typing import Any
 
 import attrs
@@ -75,9 +77,25 @@ class ReleaseManager(OffloadingManager):
             self._contexts[req_context.req_id] = context
         return context
 
-    def lookup(self, key: OffloadKey, req_context: ReqContext) -> bool | None:
-        answer = self.inner.lookup(key, self.context_for(req_context))
-        return self.release.lookup_answer(answer)
+    def lookup(self, key: OffloadKey, req_context: ReqContext) -> Any:
+        """The release's own answer, as it gives it: a bool, or its
+        ``LookupResult`` (the kit compares results by name, so ``HIT_PENDING``
+        is checked)."""
+        return self.inner.lookup(key, self.context_for(req_context))
+
+    def lookup_prefix(self, keys: Iterable[OffloadKey], req_context: ReqContext) -> int | None:
+        """The engine's loop over ``lookup`` (vLLM's managers have no
+        ``lookup_prefix`` after 0.19): count hits up to the first miss;
+        ``None`` ("ask again") when a key answers ``HIT_PENDING``/``RETRY``."""
+        hits = 0
+        for key in keys:
+            found = self.release.lookup_answer(self.lookup(key, req_context))
+            if found is None:
+                return None
+            if not found:
+                break
+            hits += 1
+        return hits
 
     def prepare_load(
         self, keys: Collection[OffloadKey], req_context: ReqContext
@@ -102,14 +120,12 @@ class ReleaseManager(OffloadingManager):
     def prepare_store(
         self, keys: Collection[OffloadKey], req_context: ReqContext
     ) -> PrepareStoreOutput | None:
-        output = self.inner.prepare_store(list(keys), self.context_for(req_context))
-        if output is None:
-            return None
-        return PrepareStoreOutput(
-            keys_to_store=tuple(output.keys_to_store),
-            store_spec=output.store_spec,
-            evicted_keys=tuple(output.evicted_keys),
+        # the release's own PrepareStoreOutput (or None): the kit reads it by
+        # its attributes
+        output: PrepareStoreOutput | None = self.inner.prepare_store(
+            list(keys), self.context_for(req_context)
         )
+        return output
 
     def complete_store(
         self,
@@ -148,17 +164,12 @@ class ReleaseManager(OffloadingManager):
             hook()
         self._new_requests.clear()
 
-    def take_events(self) -> list[OffloadingEvent]:
-        return [
-            OffloadingEvent(
-                keys=tuple(event.keys),
-                block_size=int(getattr(event, "block_size", 0)),
-                medium=str(getattr(event.medium, "value", event.medium)),
-                removed=bool(event.removed),
-            )
-            for event in self.inner.take_events()
-            if not getattr(event, "metadata_only", False)
-        ]
+    def take_events(self) -> Iterable[OffloadingEvent]:
+        # the release's own events, private ones included: the kit reads them
+        # by their attributes and drops metadata_only events when the
+        # profile says they are private
+        events: Iterable[OffloadingEvent] = self.inner.take_events()
+        return events
 
     def reset_cache(self) -> None:
         reset = getattr(self.inner, "reset_cache", None)
@@ -308,13 +319,16 @@ def run_release_audit(args: argparse.Namespace) -> int:
             stateful_step_count=args.steps,
             seed=args.seed,
             name=target.name,
+            illegal_calls=getattr(args, "illegal_calls", True),
         )
         progress.done(_verdict(report))
-        verdict = "PASS" if report.passed else "FAIL"
-        detail = "" if report.passed else f": invariant {report.invariant}"
+        word, _, detail = report.verdict().partition(": ")
+        seconds = report.seconds
+        if report.without_illegal_calls is not None:
+            seconds += report.without_illegal_calls.seconds
         print(
-            f"{verdict} {target.name}{detail} ({report.examples} examples, "
-            f"{report.steps} steps, {report.seconds:.1f} s)",
+            f"{word} {target.name}{': ' + detail if detail else ''} ({report.examples} "
+            f"examples, {report.steps} steps, {seconds:.1f} s)",
             flush=True,
         )
         reports.append((target, report))

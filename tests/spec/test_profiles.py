@@ -17,6 +17,7 @@ from kvoffload.spec.profile import (
     PRESETS,
     FilterCounts,
     LookupAnswer,
+    LRURank,
     Profile,
     ResetAnnounce,
     preset_names,
@@ -128,6 +129,38 @@ def test_reset_clears_the_counts_unless_the_profile_keeps_them() -> None:
     kept = ReuseFilterModel(manager(attrs.evolve(DEFAULT, filter_reset_clears=False)))
     kept = kept.lookup(A)[0]
     assert kept.reset_cache()[0].counts == ((A, 1),)
+
+
+# --- lru_rank ---------------------------------------------------------------------
+
+
+def test_lru_ranks_a_block_when_stored_or_when_it_becomes_evictable() -> None:
+    """A is stored first but completes last. Ranked at use, A is the older
+    and the victim; ranked when evictable, B is."""
+    for rank, victim in ((LRURank.USE, A), (LRURank.EVICTABLE, B)):
+        model = manager(attrs.evolve(DEFAULT, lru_rank=rank))
+        model = model.prepare_store([A])[0].prepare_store([B])[0]
+        model = model.complete_store([B])[0].complete_store([A])[0]
+        assert model.prepare_store([C])[1] == StoreResult((C,), (0,) if victim == A else (1,), (victim,))
+
+
+def test_under_evictable_ranking_a_load_unranks_and_its_last_completion_reranks() -> None:
+    def run(rank: LRURank) -> ManagerModel:
+        model = manager(attrs.evolve(DEFAULT, lru_rank=rank), num_blocks=3)
+        model = model.prepare_store([A, B, C])[0].complete_store([A, B, C])[0]
+        model = model.prepare_load([A, A])[0].touch([A])[0].touch([B])[0]
+        return model.complete_load([A])[0]
+
+    evictable = run(LRURank.EVICTABLE)
+    # pinned by its loads, A left the order and touch([A]) did nothing
+    assert evictable.policy.state_view() == {"order": (C, B)}
+    evictable = evictable.complete_load([A])[0]  # the last load: A is most recent
+    assert evictable.policy.state_view() == {"order": (C, B, A)}
+    assert evictable.prepare_store([D, E])[1] == StoreResult((D, E), (1, 2), (C, B))
+
+    used = run(LRURank.USE).complete_load([A])[0]
+    assert used.policy.state_view() == {"order": (C, A, B)}
+    assert used.prepare_store([D, E])[1] == StoreResult((D, E), (0, 2), (C, A))
 
 
 # --- reset_announce ---------------------------------------------------------------

@@ -27,10 +27,12 @@ from kvoffload.spec.profile import (
     ErrorStyle,
     FilterCounts,
     LookupAnswer,
+    LRURank,
     Profile,
     ResetAnnounce,
 )
 from kvoffload.stateful import AuditReport, ReuseFilterParams, audit
+from tests.stateful.thirdparty import DictLRUManager
 
 EXAMPLES = 80
 """Budget of the passing audits (the default budget for findings)."""
@@ -155,7 +157,7 @@ def pins_before_asserting(num_blocks: int) -> OffloadingManager:
 
 def test_an_illegal_call_that_raises_after_a_change_is_found_under_errors_any() -> None:
     report = run(pins_before_asserting, ANY_ERRORS, found=True)
-    assert report.invariant is Invariant.LIFECYCLE, report.render()
+    assert report.invariant is Invariant.ERRORS and report.illegal_call_damage, report.render()
     assert report.script is not None and ", Exception)" in report.script
 
 
@@ -399,3 +401,39 @@ def test_the_command_line_takes_a_profile_by_name(capsys: pytest.CaptureFixture[
     assert "FAIL (errors)" in capsys.readouterr().out
     assert main([*target, "--profile", "vllm-0.0"]) == 2
     assert "no profile named 'vllm-0.0'; known: kvoffload, legacy" in capsys.readouterr().err
+
+
+class RanksWhenEvictable(DictLRUManager):
+    """LRU over evictable blocks only (vLLM 0.24 - 0.30's LRU): a block
+    becomes most recent when its store or its last load completes, and
+    ``touch`` moves only blocks no load pins."""
+
+    def complete_store(
+        self, keys: Collection[OffloadKey], req_context: ReqContext, success: bool = True
+    ) -> None:
+        pending = [k for k in dict.fromkeys(keys) if k in self.blocks and self.blocks[k].ref_cnt < 0]
+        super().complete_store(keys, req_context, success)
+        if success:
+            for key in pending:
+                self.blocks.move_to_end(key)
+
+    def complete_load(self, keys: Collection[OffloadKey], req_context: ReqContext) -> None:
+        keys = list(keys)
+        super().complete_load(keys, req_context)
+        for key in dict.fromkeys(reversed(keys)).__reversed__():
+            if self.blocks[key].ref_cnt == 0:
+                self.blocks.move_to_end(key)
+
+    def touch(self, keys: Collection[OffloadKey], req_context: ReqContext) -> None:
+        for key in reversed(list(keys)):
+            if key in self.blocks and self.blocks[key].ref_cnt == 0:
+                self.blocks.move_to_end(key)
+
+
+def test_lru_rank_when_evictable() -> None:
+    evictable = attrs.evolve(DEFAULT, name="evictable", lru_rank=LRURank.EVICTABLE)
+    report = run(RanksWhenEvictable, evictable, found=False)
+    assert report.coverage is not None and not report.coverage.missing, report.render()
+    for factory, profile in ((RanksWhenEvictable, DEFAULT), (DictLRUManager, evictable)):
+        report = run(factory, profile, found=True)
+        assert report.invariant is Invariant.EVICTION, report.render()
