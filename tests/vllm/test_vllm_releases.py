@@ -106,3 +106,53 @@ def test_hand_reproduction(directory: Path, script: str) -> None:
     expected = low <= minor <= high
     assert ("REPRODUCED" in result.stdout) == expected, result.stdout + result.stderr
     assert result.returncode == (1 if expected else 0)
+
+
+def _in(minor: int, span: tuple[int, int]) -> bool:
+    return span[0] <= minor <= span[1]
+
+
+def expected_after_illegal_calls(minor: int) -> dict[str, str]:
+    """What each target of ``audit --vllm`` finds once illegal calls are set
+    aside (F3 aside), by the findings' releases (docs/FINDINGS.md): F1 is
+    ARC's refused store (``5 liveness``); F2 the filter evicting an offered
+    key (``2/3/5 eviction``), with a table of 2, and in 0.19 also with the
+    default table (its flood of lookups pushes a stored key's count out)."""
+    f2 = "FAIL: invariant 2/3/5 eviction"
+    return {
+        "lru": "PASS",
+        "arc": "FAIL: invariant 5 liveness" if _in(minor, REPRODUCED_IN["F1_arc_refuses_store_with_room.py"]) else "PASS",
+        "filter lru threshold=2 tracker=2": f2 if _in(minor, REPRODUCED_IN["F2_filter_evicts_offered_key.py"]) else "PASS",
+        "filter lru threshold=2 tracker=": f2 if minor == 19 else "PASS",
+    }
+
+
+LINE = re.compile(r"^(PASS|FAIL) (lru|arc|filter lru threshold=2 tracker=\d+)(?:: (.*))? \(\d+ examples")
+
+
+@needs_release
+@params
+def test_audit_finds_what_the_findings_say(directory: Path) -> None:
+    """``audit --vllm DIR --seed 0``: every target fails (F3 in every
+    release, unless F1 or F2 shows first), and what is left once illegal
+    calls are set aside is exactly F1 and F2 in their releases: the
+    conventions of every release (F4, F5, F7, ...) are its preset's."""
+    major, minor = version_of(directory)
+    if major != 0 or not 19 <= minor <= 33:
+        pytest.skip("findings are recorded for 0.19-0.33")
+    result = run("-m", "kvoffload", "audit", "--vllm", str(directory), "--seed", "0")
+    assert result.returncode == 1, result.stdout + result.stderr
+    found = {m[2]: (m[1], m[3] or "") for m in map(LINE.match, result.stdout.splitlines()) if m}
+    assert len(found) == 4, result.stdout
+    expected = expected_after_illegal_calls(minor)
+    for target, (word, detail) in found.items():
+        want = next(
+            v for k, v in expected.items() if target == k or (k.endswith("=") and target.startswith(k))
+        )
+        assert word == "FAIL", target
+        if "without illegal calls: " in detail:
+            assert detail.startswith("invariant errors (an illegal call changed the manager)")
+            after = detail.split("without illegal calls: ", 1)[1]
+        else:  # F1 or F2 showed before any damage
+            after = "FAIL: " + detail
+        assert after == want, f"{target}: {detail}"
