@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Collection, Iterable, Mapping
+from typing import cast
 
 from mypy_extensions import mypyc_attr
 
@@ -65,6 +66,7 @@ class FilterReusedOffloadingManager(OffloadingManager):
         self.store_threshold: int = store_threshold
         self.max_tracker_size: int = max_tracker_size
         self.counts: OrderedDict[OffloadKey, int] = OrderedDict()
+        self._inspected: InspectableManager | None = None  # the backing last found inspectable
 
     def phase(self, key: OffloadKey) -> Phase:
         """The backing manager's phase of ``key`` (needs an inspectable backing)."""
@@ -81,11 +83,15 @@ class FilterReusedOffloadingManager(OffloadingManager):
         return self.backing.policy_state()
 
     def _inspectable_backing(self) -> InspectableManager:
-        if not isinstance(self.backing, InspectableManager):
-            raise TypeError(
-                f"{type(self.backing).__name__} does not offer phase()/slot_of()"
-            )
-        return self.backing
+        # isinstance against a runtime-checkable Protocol inspects the class
+        # on every call (microseconds); the answer is kept per backing object
+        inspected = self._inspected
+        if inspected is None or inspected is not cast(object, self.backing):
+            backing = self.backing
+            if not isinstance(backing, InspectableManager):
+                raise TypeError(f"{type(backing).__name__} does not offer phase()/slot_of()")
+            self._inspected = inspected = backing
+        return inspected
 
     def count_of(self, key: OffloadKey) -> int:
         """How many times ``key`` was counted (0 if not in the table)."""
