@@ -87,6 +87,20 @@ class OffloadingEvent:
     removed: bool
 
 
+def count_hits(answers: Iterable[bool | None]) -> int | None:
+    """How ``lookup_prefix`` reads a run of ``lookup`` answers: the hits
+    before the first miss, or None ("ask again") when an answer on the way
+    is None. ``answers`` is read lazily and only up to the first miss."""
+    hits = 0
+    for found in answers:
+        if found is None:
+            return None
+        if not found:
+            break
+        hits += 1
+    return hits
+
+
 class OffloadingManager(ABC):
     """Scheduler-side bookkeeping of offloaded KV blocks.
 
@@ -108,15 +122,7 @@ class OffloadingManager(ABC):
         Stops at the first key that is not ready; None if any ``lookup`` on
         the way answered None.
         """
-        hits = 0
-        for key in keys:
-            found = self.lookup(key, req_context)
-            if found is None:
-                return None
-            if not found:
-                break
-            hits += 1
-        return hits
+        return count_hits(self.lookup(key, req_context) for key in keys)
 
     @abstractmethod
     def prepare_load(

@@ -36,6 +36,7 @@ from kvoffload.spec.contract import (
     PrepareStoreOutput,
     ReqContext,
     RequestOffloadingContext,
+    count_hits,
 )
 from kvoffload.spec.keys import OffloadKey
 from kvoffload.spec.profile import profile_named
@@ -87,15 +88,7 @@ class ReleaseManager(OffloadingManager):
         """The engine's loop over ``lookup`` (vLLM's managers have no
         ``lookup_prefix`` after 0.19): count hits up to the first miss;
         ``None`` ("ask again") when a key answers ``HIT_PENDING``/``RETRY``."""
-        hits = 0
-        for key in keys:
-            found = self.release.lookup_answer(self.lookup(key, req_context))
-            if found is None:
-                return None
-            if not found:
-                break
-            hits += 1
-        return hits
+        return count_hits(self.release.lookup_answer(self.lookup(k, req_context)) for k in keys)
 
     def prepare_load(
         self, keys: Collection[OffloadKey], req_context: ReqContext

@@ -8,18 +8,13 @@ from collections.abc import Callable, Collection
 
 import attrs
 
-from kvoffload.spec.contract import (
-    LoadStoreSpec,
-    OffloadingEvent,
-    OffloadingManager,
-    PrepareStoreOutput,
-    ReqContext,
-)
+from kvoffload.spec.contract import LoadStoreSpec, ReqContext
 from kvoffload.spec.invariants import Invariant
 from kvoffload.spec.keys import OffloadKey
 from kvoffload.spec.profile import DEFAULT, ErrorStyle
 from kvoffload.stateful import audit
 from kvoffload.stateful.shrink import failure_kind
+from tests.stateful.test_kit_power import Uncopyable
 from tests.stateful.thirdparty import DictLRUManager, SlotSpec, UnprotectedLRUManager
 
 ANY_ERRORS = attrs.evolve(DEFAULT, name="any-errors", errors=ErrorStyle.ANY)
@@ -55,45 +50,6 @@ class PinsBeforeCheckingThenUnprotected(PinsBeforeChecking):
         return super().victims(need, offered)
 
 
-class Opaque(OffloadingManager):
-    """``inner`` with neither introspection nor copying: the kit sees only
-    its outputs, so damage shows calls later."""
-
-    def __init__(self, inner: DictLRUManager) -> None:
-        self._inner = inner
-
-    def __deepcopy__(self, memo: dict[int, object]) -> Opaque:
-        raise TypeError("not copyable")
-
-    def lookup(self, key: OffloadKey, req_context: ReqContext) -> bool:
-        return self._inner.lookup(key, req_context)
-
-    def prepare_load(self, keys: Collection[OffloadKey], req_context: ReqContext) -> LoadStoreSpec:
-        return self._inner.prepare_load(keys, req_context)
-
-    def touch(self, keys: Collection[OffloadKey], req_context: ReqContext) -> None:
-        self._inner.touch(keys, req_context)
-
-    def complete_load(self, keys: Collection[OffloadKey], req_context: ReqContext) -> None:
-        self._inner.complete_load(keys, req_context)
-
-    def prepare_store(
-        self, keys: Collection[OffloadKey], req_context: ReqContext
-    ) -> PrepareStoreOutput | None:
-        return self._inner.prepare_store(keys, req_context)
-
-    def complete_store(
-        self, keys: Collection[OffloadKey], req_context: ReqContext, success: bool = True
-    ) -> None:
-        self._inner.complete_store(keys, req_context, success)
-
-    def take_events(self) -> list[OffloadingEvent]:
-        return self._inner.take_events()
-
-    def reset_cache(self) -> None:
-        self._inner.reset_cache()
-
-
 def test_damage_seen_at_once_through_introspection() -> None:
     report = audit(PinsBeforeChecking, policy="lru", profile=ANY_ERRORS, seed=1)
     assert report.invariant is Invariant.ERRORS, report.render()
@@ -109,7 +65,7 @@ def test_damage_seen_at_once_through_introspection() -> None:
 
 def test_damage_seen_calls_later_is_traced_back_to_the_illegal_call() -> None:
     report = audit(
-        lambda n: Opaque(PinsBeforeChecking(n)), policy="lru", profile=ANY_ERRORS, seed=1
+        lambda n: Uncopyable(PinsBeforeChecking(n)), policy="lru", profile=ANY_ERRORS, seed=1
     )
     assert report.invariant is Invariant.ERRORS and report.illegal_call_damage, report.render()
     # the culprit is named, and what it broke later is still said
