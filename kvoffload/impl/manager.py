@@ -8,6 +8,7 @@ prepare/complete skeletons over a :class:`Backend` (slots) and a
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Collection, Iterable
 from itertools import takewhile
 from typing import cast
@@ -22,6 +23,7 @@ from kvoffload.impl.policies import (
     LRUCachePolicy,
     make_cache_policy,
     require_policy_name,
+    split_victims,
 )
 from kvoffload.spec.contract import (
     LoadStoreSpec,
@@ -238,8 +240,16 @@ class OffloadingManagerCore(OffloadingManager):
     ) -> PrepareStoreOutput | None:
         offered = listed_keys(keys)
         check_keys(offered)
+        unique = dict.fromkeys(offered)  # offer order, no repeats
         tracked = self._blocks
-        to_store = [key for key in dict.fromkeys(offered) if key not in tracked]
+        # Victims are tracked keys: only the tracked offered keys need
+        # protecting, and when none is (the common case) nothing does.
+        protected: Collection[OffloadKey] = ()
+        if tracked.keys().isdisjoint(unique):
+            to_store = list(unique)
+        else:
+            to_store = [key for key in unique if key not in tracked]
+            protected = unique.keys()
         backend = self.backend
         if not to_store:
             return PrepareStoreOutput((), backend.get_load_store_spec([], []), ())
@@ -247,14 +257,13 @@ class OffloadingManagerCore(OffloadingManager):
         evicted: tuple[OffloadKey, ...] = ()
         shortfall = len(to_store) - backend.get_num_free_blocks()
         if shortfall > 0:
-            victims = self.policy.evict(shortfall, set(offered))
+            victims = self.policy.evict(shortfall, protected)
             if victims is None:
                 return None
-            free = backend.free
-            for _, block in victims:
-                free(block)
-            evicted = tuple(key for key, _ in victims)
-            self._readable.difference_update(evicted)
+            evicted_keys, evicted_blocks = split_victims(victims)
+            deque(map(backend.free, evicted_blocks), maxlen=0)
+            evicted = tuple(evicted_keys)
+            self._readable.difference_update(evicted_keys)
             if self.events is not None:
                 self.events.append(
                     OffloadingEvent(evicted, self.block_size, self.medium, True)
