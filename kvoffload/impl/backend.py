@@ -98,7 +98,7 @@ class CPUBackend(Backend):
             )
         fresh = min(count, self.num_blocks - self._num_allocated)
         start = self._num_allocated
-        blocks = list(map(BlockStatus, range(start, start + fresh)))
+        blocks = [BlockStatus(slot) for slot in range(start, start + fresh)]
         self._num_allocated += fresh
         reused = count - fresh
         if reused > 0:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Collection, Iterable
 from itertools import takewhile
-from typing import cast
+from typing import Any, cast
 
 from mypy_extensions import mypyc_attr
 
@@ -87,6 +87,21 @@ def reject_keys(keys: object) -> None:
     validate_offload_keys(keys)
 
 
+def _block_of(blocks: dict[OffloadKey, BlockStatus], key: object) -> BlockStatus | None:
+    """``key``'s block, None when untracked or unhashable (a query never
+    raises for its key)."""
+    try:
+        # not cast to OffloadKey: compiled, that cast would check the type
+        return blocks.get(cast(Any, key))
+    except TypeError:
+        return None
+
+
+def _ref_cnt_of(blocks: dict[OffloadKey, BlockStatus], key: object) -> int | None:
+    block = _block_of(blocks, key)
+    return None if block is None else block.ref_cnt
+
+
 @mypyc_attr(allow_interpreted_subclasses=True)
 class OffloadingManagerCore(OffloadingManager):
     """An :class:`OffloadingManager` over a backend and a cache policy.
@@ -133,14 +148,15 @@ class OffloadingManagerCore(OffloadingManager):
             check_keys(listed[hits:])  # the hits are valid: they are readable
         return hits
 
-    def phase(self, key: OffloadKey) -> Phase:
-        """The lifecycle phase of ``key`` (no side effects)."""
-        block = self._blocks.get(key)
-        return Phase.from_ref_cnt(None if block is None else block.ref_cnt)
+    def phase(self, key: KeyArg) -> Phase:
+        """The lifecycle phase of ``key`` (no side effects); ABSENT for
+        anything untracked, a malformed or unhashable key included."""
+        return Phase.from_ref_cnt(_ref_cnt_of(self._blocks, key))
 
-    def slot_of(self, key: OffloadKey) -> int | None:
-        """The slot of ``key``'s block, or None when untracked."""
-        block = self._blocks.get(key)
+    def slot_of(self, key: KeyArg) -> int | None:
+        """The slot of ``key``'s block; None when untracked (a malformed or
+        unhashable key included)."""
+        block = _block_of(self._blocks, key)
         return None if block is None else block.block_id
 
     def policy_state(self) -> dict[str, object]:
@@ -261,7 +277,11 @@ class OffloadingManagerCore(OffloadingManager):
             if victims is None:
                 return None
             evicted_keys, evicted_blocks = split_victims(victims)
-            deque(map(backend.free, evicted_blocks), maxlen=0)
+            if _COMPILED:  # a native loop
+                for block in evicted_blocks:
+                    backend.free(block)
+            else:  # no interpreted loop
+                deque(map(backend.free, evicted_blocks), maxlen=0)
             evicted = tuple(evicted_keys)
             self._readable.difference_update(evicted_keys)
             if self.events is not None:
