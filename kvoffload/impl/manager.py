@@ -256,16 +256,18 @@ class OffloadingManagerCore(OffloadingManager):
     ) -> PrepareStoreOutput | None:
         offered = listed_keys(keys)
         check_keys(offered)
-        unique = dict.fromkeys(offered)  # offer order, no repeats
+        offered_set = set(offered)
+        # offer order, no repeats (a set is the cheaper test for repeats)
+        unique = offered if len(offered_set) == len(offered) else list(dict.fromkeys(offered))
         tracked = self._blocks
         # Victims are tracked keys: only the tracked offered keys need
         # protecting, and when none is (the common case) nothing does.
         protected: Collection[OffloadKey] = ()
-        if tracked.keys().isdisjoint(unique):
+        if tracked.keys().isdisjoint(offered_set):
             to_store = list(unique)
         else:
             to_store = [key for key in unique if key not in tracked]
-            protected = unique.keys()
+            protected = offered_set
         backend = self.backend
         if not to_store:
             return PrepareStoreOutput((), backend.get_load_store_spec([], []), ())

@@ -25,15 +25,12 @@ import heapq
 from collections import OrderedDict, deque
 from collections.abc import Collection, Hashable, Iterable, Iterator, Sequence
 from itertools import islice
-from operator import attrgetter
 from typing import Generic, TypeVar
 
 from kvoffload.impl.block import BlockStatus
 
 K = TypeVar("K", bound=Hashable)
 
-# a block's ref count, as a C-level callable: nonzero while pinned
-_REF_CNT = attrgetter("ref_cnt")
 
 
 class RecencyQueue(Generic[K]):
@@ -135,10 +132,16 @@ class RecencyQueue(Generic[K]):
         order = self._order
         if self._returned or n > len(order):
             return None
-        keys = list(islice(order, n))
-        blocks = list(islice(order.values(), n))
-        if any(map(_REF_CNT, blocks)):
-            return None
+        keys: list[K] = []
+        blocks: list[BlockStatus] = []
+        add_key, add_block = keys.append, blocks.append
+        # one walk over the items: an ordered dict finds each node by key,
+        # so keys and values walked apart would cost a third more lookups
+        for key, block in islice(order.items(), n):
+            if block.ref_cnt != 0:
+                return None
+            add_key(key)
+            add_block(block)
         if len(protected) > 0 and any(map(protected.__contains__, keys)):
             return None
         return keys, blocks
