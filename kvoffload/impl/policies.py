@@ -11,7 +11,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections import OrderedDict, deque
 from collections.abc import Collection, Iterator, Sequence
-from itertools import islice, repeat
+from itertools import repeat
 
 from mypy_extensions import mypyc_attr
 
@@ -382,9 +382,8 @@ class ARCCachePolicy(CachePolicy):
     def _trim_ghosts(self) -> None:
         """Forget the oldest ghosts beyond the capacity, in each list."""
         for ghost in (self.b1, self.b2):
-            excess = len(ghost) - self.cache_capacity
-            if excess > 0:
-                deque(map(ghost.__delitem__, list(islice(ghost, excess))), maxlen=0)
+            for _ in range(len(ghost) - self.cache_capacity):
+                ghost.popitem(last=False)
 
     def clear(self) -> None:
         self.blocks.clear()

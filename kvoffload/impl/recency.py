@@ -32,7 +32,6 @@ from kvoffload.impl.block import BlockStatus
 K = TypeVar("K", bound=Hashable)
 
 
-
 class RecencyQueue(Generic[K]):
     """Members in recency order (see the module docstring)."""
 
@@ -126,8 +125,8 @@ class RecencyQueue(Generic[K]):
         search would take exactly those: no parked block is due back, and
         each is READY and not in ``protected``. Else None. Changes nothing.
 
-        The bulk path of an eviction: checks at C speed, no per-member
-        objects; :meth:`drop_oldest` then removes them.
+        The bulk path of an eviction: one walk, no per-member objects;
+        :meth:`drop_oldest` then removes them at C speed.
         """
         order = self._order
         if self._returned or n > len(order):
