@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from operator import attrgetter
 
-import numpy as np
 from mypy_extensions import mypyc_attr
 
 from kvoffload.impl.block import BlockStatus
@@ -65,10 +63,6 @@ class Backend(ABC):
             self.free(block)
 
 
-# a block's slot, as a C-level callable (for map over many blocks)
-_BLOCK_ID = attrgetter("block_id")
-
-
 @mypyc_attr(allow_interpreted_subclasses=True)
 class CPUBackend(Backend):
     """``num_blocks`` CPU slots. Never-used slots are handed out in ascending
@@ -122,6 +116,4 @@ class CPUBackend(Backend):
     def get_load_store_spec(
         self, keys: Sequence[OffloadKey], blocks: Sequence[BlockStatus]
     ) -> CPULoadStoreSpec:
-        return CPULoadStoreSpec(
-            np.fromiter(map(_BLOCK_ID, blocks), dtype=np.int64, count=len(blocks))
-        )
+        return CPULoadStoreSpec([block.block_id for block in blocks])

@@ -18,7 +18,7 @@ from mypy_extensions import mypyc_attr
 from kvoffload.impl.backend import require_positive_int
 from kvoffload.impl.block import BlockStatus
 from kvoffload.impl.build import IntArg, StrArg
-from kvoffload.impl.recency import RecencyQueue
+from kvoffload.impl.recency import BULK_MIN, RecencyQueue
 from kvoffload.spec.errors import ConfigurationError
 from kvoffload.spec.keys import OffloadKey
 
@@ -69,6 +69,9 @@ def _drop_keys(mapping: dict[OffloadKey, BlockStatus], keys: list[OffloadKey]) -
     """Delete ``keys`` (distinct, all present) from ``mapping``, at C speed."""
     if len(keys) == len(mapping):
         mapping.clear()
+    elif len(keys) < BULK_MIN:
+        for key in keys:
+            del mapping[key]
     else:
         deque(map(mapping.__delitem__, keys), maxlen=0)
 

@@ -31,6 +31,10 @@ from kvoffload.impl.block import BlockStatus
 
 K = TypeVar("K", bound=Hashable)
 
+# Below this many keys a plain loop beats building a C-level pipeline
+# (``deque(map(...))``), which pays off on bulk operations.
+BULK_MIN = 32
+
 
 class RecencyQueue(Generic[K]):
     """Members in recency order (see the module docstring)."""
@@ -151,6 +155,9 @@ class RecencyQueue(Generic[K]):
         order = self._order
         if len(keys) == len(order):
             order.clear()
+        elif len(keys) < BULK_MIN:
+            for key in keys:
+                del order[key]
         else:
             deque(map(order.__delitem__, keys), maxlen=0)
 
