@@ -29,16 +29,8 @@ if [ "${1:-}" = "compiled" ]; then
     work="$(mktemp -d)"
     trap 'rm -rf "$work"' EXIT
     cp -r tests pyproject.toml "$work"/
-    # Two kit tests are left out here: they check that a derandomized audit
-    # at its default budget finds a defect that sits at the budget's edge
-    # (a reuse filter that stops protecting stored keys). With the compiled
-    # modules imported the derandomized search takes another path and misses
-    # it within budget -- also for the third-party filter, which runs no
-    # compiled code at all; both run in the pure build above.
     (cd "$work" && env -u PYTHONPATH KVOFFLOAD_EXPECT_BUILD=compiled \
-        python -m pytest -q -p no:cacheprovider tests/impl tests/stateful tests/bench \
-        --deselect "tests/stateful/test_planted_defects.py::test_planted_defect_is_found[filter-protection]" \
-        --deselect "tests/stateful/test_planted_defects.py::test_defective_third_party_is_found[ThresholdOnlyFilter(DictLRU)]")
+        python -m pytest -q -p no:cacheprovider tests/impl tests/stateful tests/bench)
     status=$?
     echo "== back to the editable (pure) install"
     python -m pip install --quiet --no-deps -e "$ROOT" || exit 2

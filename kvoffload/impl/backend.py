@@ -66,16 +66,23 @@ class Backend(ABC):
 @mypyc_attr(allow_interpreted_subclasses=True)
 class CPUBackend(Backend):
     """``num_blocks`` CPU slots. Never-used slots are handed out in ascending
-    order first, then freed slots, last freed first."""
+    order first, then freed slots, last freed first.
+
+    A freed :class:`BlockStatus` is kept with its slot and handed out again
+    (PENDING) with it, so a store that replaces evicted blocks allocates no
+    new objects: a block object belongs to the backend, and a caller must not
+    hold on to one after freeing it.
+    """
 
     def __init__(self, block_size: IntArg, num_blocks: IntArg) -> None:
         super().__init__(block_size, CPULoadStoreSpec.medium())
         self.num_blocks: int = require_positive_int("num_blocks", num_blocks)
         self._num_allocated = 0
-        self._free_list: list[int] = []
+        # freed blocks, last freed at the end (their slots are free)
+        self._free_blocks: list[BlockStatus] = []
 
     def get_num_free_blocks(self) -> int:
-        return len(self._free_list) + self.num_blocks - self._num_allocated
+        return len(self._free_blocks) + self.num_blocks - self._num_allocated
 
     def allocate_blocks(self, keys: Sequence[OffloadKey]) -> list[BlockStatus]:
         count = len(keys)
@@ -87,17 +94,24 @@ class CPUBackend(Backend):
         start = self._num_allocated
         blocks = [BlockStatus(slot) for slot in range(start, start + fresh)]
         self._num_allocated += fresh
-        pop = self._free_list.pop
-        blocks.extend(BlockStatus(pop()) for _ in range(count - fresh))
+        reused = count - fresh
+        if reused > 0:
+            free_blocks = self._free_blocks
+            taken = free_blocks[-reused:]
+            del free_blocks[-reused:]
+            taken.reverse()  # last freed first
+            for block in taken:
+                block.ref_cnt = -1
+            blocks.extend(taken)
         return blocks
 
     def free(self, block: BlockStatus) -> None:
-        self._free_list.append(block.block_id)
+        self._free_blocks.append(block)
 
     def reset(self, blocks: Sequence[BlockStatus]) -> None:
         """Every slot free, handed out in ascending order again."""
         self._num_allocated = 0
-        self._free_list.clear()
+        self._free_blocks.clear()
 
     def get_load_store_spec(
         self, keys: Sequence[OffloadKey], blocks: Sequence[BlockStatus]

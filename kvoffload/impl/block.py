@@ -20,6 +20,7 @@ class BlockStatus:
         self.ref_cnt: int = -1
         self.block_id: int = block_id
         # when a recency order set the block aside while pinned: its age there
+        # (read only while the block is parked; a reused block keeps a stale one)
         self.park_seq: int = 0
 
     @property

@@ -8,9 +8,10 @@ prepare/complete skeletons over a :class:`Backend` (slots) and a
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Collection, Iterable
 from itertools import takewhile
-from typing import cast
+from typing import Any, cast
 
 from mypy_extensions import mypyc_attr
 
@@ -22,6 +23,7 @@ from kvoffload.impl.policies import (
     LRUCachePolicy,
     make_cache_policy,
     require_policy_name,
+    split_victims,
 )
 from kvoffload.spec.contract import (
     LoadStoreSpec,
@@ -85,6 +87,21 @@ def reject_keys(keys: object) -> None:
     validate_offload_keys(keys)
 
 
+def _block_of(blocks: dict[OffloadKey, BlockStatus], key: object) -> BlockStatus | None:
+    """``key``'s block, None when untracked or unhashable (a query never
+    raises for its key)."""
+    try:
+        # not cast to OffloadKey: compiled, that cast would check the type
+        return blocks.get(cast(Any, key))
+    except TypeError:
+        return None
+
+
+def _ref_cnt_of(blocks: dict[OffloadKey, BlockStatus], key: object) -> int | None:
+    block = _block_of(blocks, key)
+    return None if block is None else block.ref_cnt
+
+
 @mypyc_attr(allow_interpreted_subclasses=True)
 class OffloadingManagerCore(OffloadingManager):
     """An :class:`OffloadingManager` over a backend and a cache policy.
@@ -131,14 +148,15 @@ class OffloadingManagerCore(OffloadingManager):
             check_keys(listed[hits:])  # the hits are valid: they are readable
         return hits
 
-    def phase(self, key: OffloadKey) -> Phase:
-        """The lifecycle phase of ``key`` (no side effects)."""
-        block = self._blocks.get(key)
-        return Phase.from_ref_cnt(None if block is None else block.ref_cnt)
+    def phase(self, key: KeyArg) -> Phase:
+        """The lifecycle phase of ``key`` (no side effects); ABSENT for
+        anything untracked, a malformed or unhashable key included."""
+        return Phase.from_ref_cnt(_ref_cnt_of(self._blocks, key))
 
-    def slot_of(self, key: OffloadKey) -> int | None:
-        """The slot of ``key``'s block, or None when untracked."""
-        block = self._blocks.get(key)
+    def slot_of(self, key: KeyArg) -> int | None:
+        """The slot of ``key``'s block; None when untracked (a malformed or
+        unhashable key included)."""
+        block = _block_of(self._blocks, key)
         return None if block is None else block.block_id
 
     def policy_state(self) -> dict[str, object]:
@@ -238,8 +256,18 @@ class OffloadingManagerCore(OffloadingManager):
     ) -> PrepareStoreOutput | None:
         offered = listed_keys(keys)
         check_keys(offered)
+        offered_set = set(offered)
+        # offer order, no repeats (a set is the cheaper test for repeats)
+        unique = offered if len(offered_set) == len(offered) else list(dict.fromkeys(offered))
         tracked = self._blocks
-        to_store = [key for key in dict.fromkeys(offered) if key not in tracked]
+        # Victims are tracked keys: only the tracked offered keys need
+        # protecting, and when none is (the common case) nothing does.
+        protected: Collection[OffloadKey] = ()
+        if tracked.keys().isdisjoint(offered_set):
+            to_store = list(unique)
+        else:
+            to_store = [key for key in unique if key not in tracked]
+            protected = offered_set
         backend = self.backend
         if not to_store:
             return PrepareStoreOutput((), backend.get_load_store_spec([], []), ())
@@ -247,14 +275,17 @@ class OffloadingManagerCore(OffloadingManager):
         evicted: tuple[OffloadKey, ...] = ()
         shortfall = len(to_store) - backend.get_num_free_blocks()
         if shortfall > 0:
-            victims = self.policy.evict(shortfall, set(offered))
+            victims = self.policy.evict(shortfall, protected)
             if victims is None:
                 return None
-            free = backend.free
-            for _, block in victims:
-                free(block)
-            evicted = tuple(key for key, _ in victims)
-            self._readable.difference_update(evicted)
+            evicted_keys, evicted_blocks = split_victims(victims)
+            if _COMPILED:  # a native loop
+                for block in evicted_blocks:
+                    backend.free(block)
+            else:  # no interpreted loop
+                deque(map(backend.free, evicted_blocks), maxlen=0)
+            evicted = tuple(evicted_keys)
+            self._readable.difference_update(evicted_keys)
             if self.events is not None:
                 self.events.append(
                     OffloadingEvent(evicted, self.block_size, self.medium, True)

@@ -24,11 +24,16 @@ from __future__ import annotations
 import heapq
 from collections import OrderedDict, deque
 from collections.abc import Collection, Hashable, Iterable, Iterator, Sequence
+from itertools import islice
 from typing import Generic, TypeVar
 
 from kvoffload.impl.block import BlockStatus
 
 K = TypeVar("K", bound=Hashable)
+
+# Below this many keys a plain loop beats building a C-level pipeline
+# (``deque(map(...))``), which pays off on bulk operations.
+BULK_MIN = 32
 
 
 class RecencyQueue(Generic[K]):
@@ -97,6 +102,10 @@ class RecencyQueue(Generic[K]):
                 ]
                 heapq.heapify(self._returned)
 
+    def num_ordered(self) -> int:
+        """Members not parked."""
+        return len(self._order)
+
     def has_parked(self) -> bool:
         """Whether any member is parked (only then does unpinning matter)."""
         return bool(self._parked)
@@ -112,6 +121,45 @@ class RecencyQueue(Generic[K]):
         self._order.clear()
         self._parked.clear()
         self._returned.clear()
+
+    def peek_oldest(
+        self, n: int, protected: Collection[K]
+    ) -> tuple[list[K], list[BlockStatus]] | None:
+        """The ``n`` least recent members and their blocks, when a victim
+        search would take exactly those: no parked block is due back, and
+        each is READY and not in ``protected``. Else None. Changes nothing.
+
+        The bulk path of an eviction: one walk, no per-member objects;
+        :meth:`drop_oldest` then removes them at C speed.
+        """
+        order = self._order
+        if self._returned or n > len(order):
+            return None
+        keys: list[K] = []
+        blocks: list[BlockStatus] = []
+        add_key, add_block = keys.append, blocks.append
+        # one walk over the items: an ordered dict finds each node by key,
+        # so keys and values walked apart would cost a third more lookups
+        for key, block in islice(order.items(), n):
+            if block.ref_cnt != 0:
+                return None
+            add_key(key)
+            add_block(block)
+        if len(protected) > 0 and any(map(protected.__contains__, keys)):
+            return None
+        return keys, blocks
+
+    def drop_oldest(self, keys: list[K]) -> None:
+        """Remove ``keys``, the least recent members (as
+        :meth:`peek_oldest` gave them)."""
+        order = self._order
+        if len(keys) == len(order):
+            order.clear()
+        elif len(keys) < BULK_MIN:
+            for key in keys:
+                del order[key]
+        else:
+            deque(map(order.__delitem__, keys), maxlen=0)
 
     def scan(self, protected: Collection[K]) -> RecencyScan[K]:
         """Start choosing victims, least recent first, skipping ``protected``."""

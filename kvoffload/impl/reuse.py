@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Collection, Iterable, Mapping
-from typing import cast
+from typing import Any, cast
 
 from mypy_extensions import mypyc_attr
 
@@ -68,13 +68,13 @@ class FilterReusedOffloadingManager(OffloadingManager):
         self.counts: OrderedDict[OffloadKey, int] = OrderedDict()
         self._inspected: InspectableManager | None = None  # the backing last found inspectable
 
-    def phase(self, key: OffloadKey) -> Phase:
+    def phase(self, key: KeyArg) -> Phase:
         """The backing manager's phase of ``key`` (needs an inspectable backing)."""
-        return self._inspectable_backing().phase(key)
+        return self._inspectable_backing().phase(cast(Any, key))
 
-    def slot_of(self, key: OffloadKey) -> int | None:
+    def slot_of(self, key: KeyArg) -> int | None:
         """The backing manager's slot of ``key`` (needs an inspectable backing)."""
-        return self._inspectable_backing().slot_of(key)
+        return self._inspectable_backing().slot_of(cast(Any, key))
 
     def policy_state(self) -> Mapping[str, object]:
         """The backing manager's policy state (needs an inspectable backing)."""

@@ -210,6 +210,24 @@ def test_reuse_filter_prepare_store_rejects_malformed_key(bad_key: object) -> No
     assert probe(backing, NUM_BLOCKS) == probe(twin_backing, NUM_BLOCKS)
 
 
+@pytest.mark.parametrize("bad_key", [*BAD_KEYS, [1, 2], {"k": 1}], ids=repr)
+def test_phase_and_slot_of_answer_absent_for_any_untracked_object(bad_key: object) -> None:
+    # queries: a malformed or unhashable key is simply not tracked, in the
+    # pure and the compiled build alike (no TypeError from a typed signature)
+    managers: list[OffloadingManagerCore | FilterReusedOffloadingManager] = [
+        populated("lru"),
+        populated("arc"),
+        LRUOffloadingManager(CPUBackend(BLOCK_SIZE, NUM_BLOCKS)),
+        FilterReusedOffloadingManager(populated("arc"), store_threshold=2),
+    ]
+    for manager in managers:
+        assert manager.phase(bad_key) == ABSENT  # type: ignore[arg-type]
+        assert manager.slot_of(bad_key) is None  # type: ignore[arg-type]
+    for manager in (managers[0], managers[1], managers[3]):
+        assert manager.phase(READY_KEY) == READY
+        assert manager.slot_of(READY_KEY) is not None
+
+
 def test_prepare_store_accepts_the_shortest_valid_key() -> None:
     manager = cpu_manager(2)
     shortest = OffloadKey(b"\x00\x00\x00\x00")

@@ -23,7 +23,7 @@ import pytest
 from kvoffload.impl.backend import CPUBackend
 from kvoffload.impl.block import BlockStatus
 from kvoffload.impl.manager import OffloadingManagerCore
-from kvoffload.impl.policies import ARCCachePolicy, LRUCachePolicy, Victims
+from kvoffload.impl.policies import ARCCachePolicy, EvictedBlocks, LRUCachePolicy, Victims
 from kvoffload.impl.reuse import FilterReusedOffloadingManager
 from kvoffload.spec.contract import (
     LoadStoreSpec,
@@ -104,7 +104,9 @@ class ForgetfulGhostARC(ARCCachePolicy):
     """An ARC ghost-list slip: victims evicted from T1 are not remembered in
     B1, so a later B1 hit does not move the target towards T1."""
 
-    def evict(self, n: int, protected: Collection[OffloadKey]) -> Victims | None:
+    def evict(
+        self, n: int, protected: Collection[OffloadKey]
+    ) -> Victims | EvictedBlocks | None:
         in_t1 = {key for key, _ in self.items() if key in self.t1}
         victims = super().evict(n, protected)
         for key, _ in victims or ():
@@ -153,7 +155,9 @@ class PeekingBackend(CPUBackend):
         fresh = min(count, self.num_blocks - self._num_allocated)
         blocks = [BlockStatus(self._num_allocated + i) for i in range(fresh)]
         self._num_allocated += fresh
-        blocks.extend(BlockStatus(self._free_list[-1]) for _ in range(count - fresh))
+        blocks.extend(
+            BlockStatus(self._free_blocks[-1].block_id) for _ in range(count - fresh)
+        )
         return blocks
 
 
