@@ -26,8 +26,11 @@ On top, protocol properties stated without the model:
   many free slots as the prompt has keys, a prompt requested ``R`` times in
   a row is then read back whole (``lookup_prefix`` = its length). ``R`` is
   1 without a reuse filter, ``store_threshold`` with one (a filter counting
-  offers: ``store_threshold + 1``); not checked for a profile whose filter
-  counts lookups only to the first miss, whose contract allows less.
+  offers: ``store_threshold + 1``). A filter that counts lookups only to the
+  first miss (``FilterCounts.LOOKUPS_TO_FIRST_MISS``, vLLM 0.20 - 0.28) fails
+  it by construction, model included: the profile names what the filter
+  does call by call, and this property reports what that costs the engine
+  (a repeated prompt offloaded one block per two requests).
 - **a stored prompt reads back**: the keys a request stored and completed
   are hits for the next request of the same prompt, while nothing evicted
   them (checked in the same quiet phase).
@@ -90,8 +93,6 @@ def _repeats_needed(harness: Harness) -> int | None:
         return 1
     profile = getattr(harness.config, "profile", None)
     counts = getattr(getattr(profile, "filter_counts", None), "value", "lookups")
-    if counts == "lookups-to-first-miss":
-        return None
     if counts == "offers":
         return reuse.store_threshold + 1
     return reuse.store_threshold

@@ -18,6 +18,7 @@ import random
 import threading
 from collections.abc import Collection, Iterable
 
+import attrs
 import pytest
 
 from kvoffload.spec.contract import (
@@ -27,7 +28,9 @@ from kvoffload.spec.contract import (
     PrepareStoreOutput,
     ReqContext,
 )
+from kvoffload.spec.invariants import Invariant
 from kvoffload.spec.keys import OffloadKey, get_offload_block_hash
+from kvoffload.spec.profile import DEFAULT, FilterCounts
 from kvoffload.stateful import KitConfig, ReuseFilterParams, audit
 from kvoffload.stateful.coverage import ARC_BRANCHES, LIFECYCLE_ROWS
 from kvoffload.stateful.drivers import ENGINE, explore, run_seed
@@ -304,3 +307,19 @@ def test_an_unseeded_audit_prints_its_seed_and_replays_from_it() -> None:
     assert (again.examples, again.script) == (first.examples, first.script)
     assert f"seed {first.seed}" in first.render()
     assert run_seed(1, 2).random() == run_seed(1, 2).random() != run_seed(1, 3).random()
+
+
+def test_counting_lookups_to_the_first_miss_fails_the_engine_property_even_as_a_convention() -> None:
+    """Under ``filter_counts=LOOKUPS_TO_FIRST_MISS`` every call of this filter
+    is what the model says, yet a prompt requested ``store_threshold`` times
+    is not offloaded whole (vLLM 0.20-0.28, F6 in docs/FINDINGS.md): the
+    engine-level property rejects the convention itself."""
+    profile = attrs.evolve(DEFAULT, name="first-miss", filter_counts=FilterCounts.LOOKUPS_TO_FIRST_MISS)
+    config = KitConfig(
+        lookup_counting_filter, policy="lru", reuse_filter=FILTER, num_keys=12, profile=profile
+    )
+    with pytest.raises(Discrepancy) as found:
+        run_engine(Harness(config, 8), random.Random(0), 200)
+    assert found.value.invariant is Invariant.REPEATED_PROMPT, found.value
+    report = audit(lookup_counting_filter, policy="lru", reuse_filter=FILTER, profile=profile, seed=1)
+    assert report.invariant is Invariant.REPEATED_PROMPT, report.render()
