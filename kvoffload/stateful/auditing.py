@@ -26,9 +26,10 @@ from kvoffload.stateful.harness import (
     KitConfig,
     ReuseFilterParams,
     default_context,
+    is_illegal,
     render_script,
 )
-from kvoffload.stateful.shrink import failure_kind, fewest_blocks, is_illegal, replay, shrink
+from kvoffload.stateful.shrink import failure_kind, fewest_blocks, replay, shrink
 
 DEFAULT_EXAMPLES = 500
 DEFAULT_STEPS = 40

@@ -61,6 +61,7 @@ from kvoffload.spec.model import (
     TakeEvents,
     Touch,
 )
+from kvoffload.spec.profile import FilterCounts
 from kvoffload.stateful.harness import Discrepancy, Harness, _keys, core_of
 
 REPEATED_PROMPT = Invariant.REPEATED_PROMPT
@@ -87,13 +88,11 @@ def prompt_keys(
     return tuple(universe[b * groups + g] for b in blocks for g in range(groups))
 
 
-def _repeats_needed(harness: Harness) -> int | None:
+def _repeats_needed(harness: Harness) -> int:
     reuse = harness.config.reuse_filter
     if reuse is None:
         return 1
-    profile = getattr(harness.config, "profile", None)
-    counts = getattr(getattr(profile, "filter_counts", None), "value", "lookups")
-    if counts == "offers":
+    if harness.config.profile.filter_counts is FilterCounts.OFFERS:
         return reuse.store_threshold + 1
     return reuse.store_threshold
 
@@ -199,8 +198,6 @@ class Engine:
         h = self.harness
         repeats = _repeats_needed(h)
         self.finish_all()
-        if repeats is None:
-            return
         room = core_of(h.model).free_count()
         reuse = h.config.reuse_filter
         if reuse is not None:  # the count table must hold the whole prompt too

@@ -59,6 +59,15 @@ def default_context(req_id: str) -> ReqContext:
 def request_id(request: int) -> str:
     """The ``req_id`` of the kit's request number ``request``."""
     return f"req-{request}"
+ILLEGAL_CALL = "must_raise("
+"""How a trace line of an illegal call (one that must raise) begins."""
+
+
+def is_illegal(text: str) -> bool:
+    """Whether a trace line records an illegal call."""
+    return text.startswith(ILLEGAL_CALL)
+
+
 POLICIES = POLICY_NAMES
 """The policy names the kit accepts (the specification's registry)."""
 
@@ -356,7 +365,7 @@ class Harness:
         call = op.render(SCRIPT_SPELLING)
         raises = "" if typed else ", Exception"
         self.trace.append(
-            (op, f"must_raise(lambda: {call}{raises})  # {type(expected).__name__}")
+            (op, f"{ILLEGAL_CALL}lambda: {call}{raises})  # {type(expected).__name__}")
         )
         try:
             op.call(self.manager, self.context_for(op))
@@ -789,7 +798,7 @@ def render_script(
         f"m = factory({num_blocks})",
     ]
     body = [line for _, line in trace]
-    illegal_last = bool(body) and body[-1].startswith("must_raise(")
+    illegal_last = bool(body) and is_illegal(body[-1])
     if body and not illegal_last:
         body[-1] = "out = " + body[-1]
     lines += body

@@ -43,11 +43,6 @@ def failure_kind(error: BaseException) -> str:
     return f"crash:{type(error).__name__}{where}"
 
 
-def is_illegal(text: str) -> bool:
-    """Whether a trace line records an illegal call (one that must raise)."""
-    return text.startswith("must_raise(")
-
-
 MAX_KEYS_SHRUNK = 64
 """Calls with more keys (a probe's flood of a reuse filter's table) are
 kept whole."""
