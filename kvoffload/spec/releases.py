@@ -159,8 +159,11 @@ VLLM_0_33 = attrs.evolve(
     # with success=False appends a metadata_only removal for keys never
     # announced stored; the engine does not publish such events.
     private_events=True,
+    # tiering/example/manager.py and tiering/fs/manager.py take no capacity:
+    # the example tier grows without bound, the fs tier is bounded by its disk.
+    tier_capacity_bounded=False,
 )
-"""vLLM 0.33: private clean-up events."""
+"""vLLM 0.33: private clean-up events; secondary tiers without a capacity."""
 
 PRESETS: tuple[Profile, ...] = (
     VLLM_0_19,

@@ -31,6 +31,7 @@ from kvoffload.stateful.harness import (
 from kvoffload.stateful.legacy import LegacyManagerAdapter, LegacyOffloadingManager
 from kvoffload.stateful.machine import ManagerMachine, make_manager_machine
 from kvoffload.stateful.profiles import register_profiles
+from kvoffload.stateful.tier_audit import audit_tier
 
 
 def conformance_test(
@@ -113,6 +114,7 @@ __all__ = [
     "ManagerMachine",
     "ReuseFilterParams",
     "audit",
+    "audit_tier",
     "conformance_test",
     "machine_test_case",
     "make_manager_machine",
