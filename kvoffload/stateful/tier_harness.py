@@ -244,13 +244,19 @@ class TierHarness:
         return answer
 
     def store(self, indices: list[int], req: int = 0) -> int | None:
-        """A cascade of ``K[i]`` for ``i`` in ``indices``: fills free rows
-        with each key's next version, pins them, submits. None when the
+        """A cascade of ``K[i]`` for ``i`` in ``indices``: looks each key up
+        first (checked), fills free rows with each key's next version, pins
+        them, submits. None when the
         primary has no free rows for it (nothing is done)."""
         rows = self._free_rows(len(indices))
         if rows is None or not indices:
             return None
         keys = tuple(self.keys[i] for i in indices)
+        before = []
+        for key in keys:  # what the tier holds now: a key it evicted is re-stored fresh
+            answer = lookup_answer(self.tier.lookup(key, self._context(req)))
+            before.append(answer.name)
+            self.model = self.model.observe(key, answer)
         versions = []
         for key, row in zip(keys, rows):
             version = self.versions.get(key, 0) + 1
@@ -264,8 +270,8 @@ class TierHarness:
         self.stored_ever.update(keys)
         self.model = self.model.submit_store(job, versions)
         self._record(
-            f"t.store({list(indices)}, req={req})  # job {job.job_id}: versions {versions} "
-            f"from slots {list(rows)}"
+            f"t.store({list(indices)}, req={req})  # lookup first: {before}; job {job.job_id}: "
+            f"versions {versions} from slots {list(rows)}"
         )
         self.tier.submit_store(job)
         return job.job_id
@@ -330,7 +336,14 @@ class TierHarness:
                     self.owner[row] = None
                     self._fill(row)
         self._record(f"t.poll()  # reported {notes}")
+        self._check_pins()
         return ids
+
+    def _check_pins(self) -> None:
+        """Look up the keys pinned by promotions still in flight (``T0``:
+        one seen evicted must then be loaded by its promotion)."""
+        for key in sorted({k for r in self.model.jobs.values() for k in r.pinned}):
+            self.model = self.model.observe(key, lookup_answer(self.tier.lookup(key, self._context(0))))
 
     def drain(self) -> None:
         """``drain_jobs()``, then ``get_finished_jobs()``: nothing may remain
