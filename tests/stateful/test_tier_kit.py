@@ -3,6 +3,7 @@ caught at the default budget, and the replay script reproduces it."""
 
 from __future__ import annotations
 
+import argparse
 import os
 import subprocess
 import sys
@@ -112,7 +113,7 @@ def test_built_in_tiers_join_the_main_job_from_one_table(
         (BuiltinTierTarget("DictTier", tier_samples.dict_tier),
          BuiltinTierTarget("TornReadTier", tier_samples.torn_read)),
     )
-    parser = audit_cli.argparse.ArgumentParser()
+    parser = argparse.ArgumentParser()
     audit_cli.add_arguments(parser)
     status = audit_cli.run(parser.parse_args(["--seed", "1", "--examples", "30"]))
     out = capsys.readouterr().out
