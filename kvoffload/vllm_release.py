@@ -332,6 +332,7 @@ class _CacheHitSource(enum.Enum):
     """Stand-in for ``vllm.v1.metrics.cache_hit_source.CacheHitSource``."""
 
     HOST = "host"
+    DISK = "disk"
     EXTERNAL_UNSPECIFIED = "external_unspecified"
 
 
@@ -339,7 +340,19 @@ def _stub_cache_hit_source(module: types.ModuleType) -> None:
     module.CacheHitSource = _CacheHitSource  # type: ignore[attr-defined]
 
 
+def _stub_canonical_mapping(module: types.ModuleType) -> None:
+    def canonical_format_id(layout: object) -> str:
+        """Stand-in: a name for a canonical KV layout (the file tier puts it
+        in its directory name)."""
+        return f"canonical-{layout}"
+
+    module.canonical_format_id = canonical_format_id  # type: ignore[attr-defined]
+
+
 _STUBS: dict[str, Callable[[types.ModuleType], None]] = {
+    "vllm.distributed.kv_transfer.kv_connector.v1.offloading.canonical_mapping": (
+        _stub_canonical_mapping
+    ),
     "vllm.logger": _stub_logger,
     "vllm.v1.core.kv_cache_utils": _stub_kv_cache_utils,
     "vllm.distributed.kv_events": _stub_kv_events,

@@ -116,6 +116,10 @@ class Profile:
     ``capacity_blocks`` it was built with (``T4 tier capacity``); when False
     (vLLM 0.33's ``example`` and ``fs`` tiers take no capacity) the tier is
     bounded only by its medium and the kit does not count its keys.
+    ``tier_stale_misses``: a tier's ``lookup`` may answer MISS from a
+    verdict cached earlier in the request (vLLM 0.33's ``fs`` tier caches
+    each probe until every request that asked has finished), so a MISS does
+    not show that the key left the tier; when False it does.
 
     docs/SPEC.md ("Profiles") gives each option's meaning in the models.
     """
@@ -135,6 +139,7 @@ class Profile:
     validates_keys: bool = True
     complete_store_ignores_absent: bool = False
     tier_capacity_bounded: bool = True
+    tier_stale_misses: bool = False
 
     def describe(self) -> str:
         """One line naming every option's value."""

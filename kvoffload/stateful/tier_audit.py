@@ -29,7 +29,7 @@ from kvoffload.spec.violations import Invariant, SpecViolation
 from kvoffload.stateful.auditing import AuditReport, default_seed
 from kvoffload.stateful.drivers import run_seed
 from kvoffload.stateful.shrink import shrink_sequence
-from kvoffload.stateful.tier_harness import TierFactory, TierHarness, TierOp
+from kvoffload.stateful.tier_harness import ROW_BYTES, TierFactory, TierHarness, TierOp
 
 DEFAULT_TIER_EXAMPLES = 500
 DEFAULT_TIER_STEPS = 40
@@ -51,11 +51,14 @@ class TierRunShape:
     capacity: int
     num_keys: int
     rows: int = ROWS
+    row_bytes: int = ROW_BYTES
 
 
-def draw_shape(rng: random.Random) -> TierRunShape:
+def draw_shape(rng: random.Random, row_bytes: int = ROW_BYTES) -> TierRunShape:
     capacity = rng.randint(1, 4)
-    return TierRunShape(capacity, rng.randint(capacity + 1, 2 * capacity + 3))
+    return TierRunShape(
+        capacity, rng.randint(capacity + 1, 2 * capacity + 3), row_bytes=row_bytes
+    )
 
 
 def draw_ops(rng: random.Random, shape: TierRunShape, steps: int) -> list[TierOp]:
@@ -128,7 +131,9 @@ def make_harness(factory: TierFactory, shape: TierRunShape, profile: Profile) ->
         shape.capacity,
         rows=shape.rows,
         num_keys=shape.num_keys,
+        row_bytes=shape.row_bytes,
         bounded=profile.tier_capacity_bounded,
+        stale_misses=profile.tier_stale_misses,
     )
 
 
@@ -177,6 +182,7 @@ def audit_tier(
     name: str | None = None,
     factory_import: str | None = None,
     time_limit: float | None = None,
+    chunk_bytes: int = ROW_BYTES,
 ) -> AuditReport:
     """Audit the tiers ``factory(capacity_blocks, primary_kv_view)`` builds
     against the tier model (:mod:`kvoffload.spec.tier_model`).
@@ -188,7 +194,9 @@ def audit_tier(
     about ``stateful_step_count`` calls (default
     :data:`DEFAULT_TIER_STEPS`), or fewer when ``time_limit`` seconds pass.
     ``factory_import`` (``"module:callable"``) lets the replay script import
-    the factory. A tier the factory cannot build is reported as a failure
+    the factory. ``chunk_bytes``: the bytes of one primary slot (a file
+    tier writing with ``O_DIRECT`` needs a multiple of the disk's block,
+    e.g. 4096). A tier the factory cannot build is reported as a failure
     (invariant ``no crash``).
     """
     runs = DEFAULT_TIER_EXAMPLES if max_examples is None else max_examples
@@ -205,7 +213,7 @@ def audit_tier(
         if deadline is not None and time.perf_counter() > deadline:
             break
         rng = run_seed(seed, index)
-        shape = draw_shape(rng)
+        shape = draw_shape(rng, chunk_bytes)
         ops = draw_ops(rng, shape, rng.randint(max(4, steps // 4), steps))
         harness, error = replay(factory, shape, ops, profile)
         done_runs += 1

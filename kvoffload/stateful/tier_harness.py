@@ -1,7 +1,7 @@
 """The kit's side of a secondary tier: primary memory, jobs, and checks.
 
-A :class:`TierHarness` owns the primary tier's memory (a ``bytearray``, one
-row of ``row_bytes`` per primary slot, handed to the tier as a 2-D
+A :class:`TierHarness` owns the primary tier's memory (a page-aligned
+anonymous mapping, one row of ``row_bytes`` per primary slot, handed to the tier as a 2-D
 ``memoryview``), builds jobs as a tiering manager does, calls the tier, and
 after every step holds what it observed to the model
 (:class:`~kvoffload.spec.tier_model.TierModel`), bytes included:
@@ -23,6 +23,7 @@ renders the trace as calls of these methods).
 
 from __future__ import annotations
 
+import mmap
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -107,8 +108,9 @@ class TierHarness:
     num_keys: int = 8
     row_bytes: int = ROW_BYTES
     bounded: bool = True
+    stale_misses: bool = False
     keys: list[OffloadKey] = attrs.field(init=False)
-    memory: bytearray = attrs.field(init=False)
+    memory: mmap.mmap = attrs.field(init=False)
     view: memoryview = attrs.field(init=False)
     tier: Any = attrs.field(init=False)
     model: TierModel = attrs.field(init=False)
@@ -124,7 +126,8 @@ class TierHarness:
 
     def __attrs_post_init__(self) -> None:
         self.keys = tier_keys(self.num_keys)
-        self.memory = bytearray(self.rows * self.row_bytes)
+        # page-aligned (an anonymous mapping), as a tier writing with O_DIRECT needs
+        self.memory = mmap.mmap(-1, self.rows * self.row_bytes)
         self.view = memoryview(self.memory).cast("B", (self.rows, self.row_bytes))
         self.expected = [bytes(self.row_bytes)] * self.rows
         self.owner = [None] * self.rows
@@ -215,6 +218,15 @@ class TierHarness:
 
     # --- calls ------------------------------------------------------------
 
+    def _ask(self, key: OffloadKey, req: int | ReqContext) -> LookupResult:
+        """``lookup(key)``, checked against the model: the answer."""
+        context = req if isinstance(req, ReqContext) else self._context(req)
+        answer = lookup_answer(self.tier.lookup(key, context))
+        if answer is LookupResult.MISS and self.stale_misses:
+            return answer  # a MISS may be a verdict cached before a store landed
+        self.model = self.model.observe(key, answer)
+        return answer
+
     def _record(self, text: str) -> None:
         """Note what the current step observed (a comment on its script line)."""
         comment = text.partition("#")[2].strip()
@@ -237,10 +249,8 @@ class TierHarness:
 
     def lookup(self, index: int, req: int = 0) -> LookupResult:
         """``lookup(K[index])`` for request ``req``; checked against the model."""
-        key = self.keys[index]
-        answer = lookup_answer(self.tier.lookup(key, self._context(req)))
+        answer = self._ask(self.keys[index], req)
         self._record(f"t.lookup({index}, req={req})  # {answer.name}")
-        self.model = self.model.observe(key, answer)
         return answer
 
     def store(self, indices: list[int], req: int = 0) -> int | None:
@@ -254,9 +264,7 @@ class TierHarness:
         keys = tuple(self.keys[i] for i in indices)
         before = []
         for key in keys:  # what the tier holds now: a key it evicted is re-stored fresh
-            answer = lookup_answer(self.tier.lookup(key, self._context(req)))
-            before.append(answer.name)
-            self.model = self.model.observe(key, answer)
+            before.append(self._ask(key, req).name)
         versions = []
         for key, row in zip(keys, rows):
             version = self.versions.get(key, 0) + 1
@@ -297,6 +305,8 @@ class TierHarness:
         for key in keys:
             answer = lookup_answer(self.tier.lookup(key, self._context(req)))
             answers.append(answer.name)
+            if answer is LookupResult.MISS and self.stale_misses:
+                answer = LookupResult.RETRY
             self.model = self.model.confirm_load(job.job_id, key, answer)
         self._record(
             f"t.load({list(indices)}, req={req})  # job {job.job_id} into slots {list(rows)}; "
@@ -325,6 +335,12 @@ class TierHarness:
                     accepted = before.acceptable_chunks(key, self.row_bytes, record)
                     if key in made_it and data not in accepted:
                         invariant, why = self._describe(data, key, job.keys)
+                        if data == self.expected[row]:
+                            invariant, why = (
+                                Invariant.TIER_READABLE,
+                                "the slot still holds what it held before: the promotion "
+                                "wrote nothing there",
+                            )
                         raise SpecViolation(
                             invariant,
                             f"promotion {job_id} reported key {key!r} loaded into slot {row}, "
@@ -343,7 +359,7 @@ class TierHarness:
         """Look up the keys pinned by promotions still in flight (``T0``:
         one seen evicted must then be loaded by its promotion)."""
         for key in sorted({k for r in self.model.jobs.values() for k in r.pinned}):
-            self.model = self.model.observe(key, lookup_answer(self.tier.lookup(key, self._context(0))))
+            self._ask(key, 0)
 
     def drain(self) -> None:
         """``drain_jobs()``, then ``get_finished_jobs()``: nothing may remain
@@ -432,9 +448,7 @@ class TierHarness:
         pinned = sorted({k for r in self.model.jobs.values() for k in r.pinned})
         answers = []
         for key in pinned:
-            answer = lookup_answer(self.tier.lookup(key, self._context(req)))
-            answers.append(answer.name)
-            self.model = self.model.observe(key, answer)
+            answers.append(self._ask(key, req).name)
         self._record(f"t.lookup_loading()  # {answers}")
         return len(pinned)
 
@@ -451,8 +465,7 @@ class TierHarness:
             retry = []
             for index in waiting:
                 key = self.keys[index]
-                answer = lookup_answer(self.tier.lookup(key, context))
-                self.model = self.model.observe(key, answer)
+                answer = self._ask(key, context)
                 if answer is LookupResult.HIT:
                     hits.append(key)
                 elif answer is LookupResult.RETRY:
@@ -494,7 +507,7 @@ class TierHarness:
             "from kvoffload.stateful.tier_harness import TierHarness",
             "",
             f"t = TierHarness(factory, capacity={self.capacity}, rows={self.rows}, "
-            f"num_keys={self.num_keys})",
+            f"num_keys={self.num_keys}, row_bytes={self.row_bytes})",
             "try:",
             *[f"    {line}" for line in self.trace],
             "    t.check_rows()",

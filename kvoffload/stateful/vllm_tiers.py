@@ -1,0 +1,103 @@
+"""vLLM 0.33's own secondary tiers as tier-kit targets.
+
+:func:`release_tier_factories` gives, for a loaded release that has
+``vllm/v1/kv_offload/tiering/``, a factory per tier the kit can build
+without a GPU or a server: ``example`` (``ExampleSecondaryTierManager``)
+and ``fs`` (``FileSystemTierManager``, in a fresh temporary directory per
+tier, two read and two write threads). Each is the release's class,
+constructed as vLLM's tier factory constructs it; the only thing supplied
+here is the ``OffloadingSpec`` they read, as a plain record of the fields
+they touch. Neither tier takes a capacity: audit them under the
+``vllm-0.33`` profile (``tier_capacity_bounded=False``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import shutil
+import tempfile
+import types
+from collections.abc import Callable
+from typing import Any
+
+from kvoffload.vllm_release import VllmRelease
+
+TIERING = "vllm.v1.kv_offload.tiering"
+
+
+def has_tiering(release: VllmRelease) -> bool:
+    """Whether the release ships ``kv_offload/tiering`` (0.33 on)."""
+    return (release.root / "vllm" / "v1" / "kv_offload" / "tiering" / "base.py").is_file()
+
+
+def offloading_spec_record() -> Any:
+    """The fields of an ``OffloadingSpec`` that the example and fs tiers
+    read: one KV group, no parallelism, events off."""
+    group = types.SimpleNamespace(tokens_per_block=16, layer_names=["layer.0"])
+    parallel = types.SimpleNamespace(
+        tp_size=1, pp_size=1, pcp_size=1, dcp_size=1, rank=0, is_parallelism_agnostic=True
+    )
+    config = types.SimpleNamespace(
+        groups=[group],
+        parallel=parallel,
+        canonical_layout=False,
+        kv_cache_layout=None,
+        replicated_layout=False,
+        model=types.SimpleNamespace(name="kvoffload/kit", dtype="uint8"),
+        cache=types.SimpleNamespace(tokens_per_hash=16),
+    )
+    return types.SimpleNamespace(
+        config=config,
+        blocks_per_chunk=1,
+        kv_events_config=types.SimpleNamespace(enable_kv_cache_events=False),
+    )
+
+
+class _TempDirTier:
+    """A tier over a temporary directory, removed at ``shutdown``; every
+    other attribute is the tier's own."""
+
+    def __init__(self, tier: Any, directory: str) -> None:
+        self._tier = tier
+        self._directory = directory
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._tier, name)
+
+    def shutdown(self) -> None:
+        try:
+            self._tier.shutdown()
+        finally:
+            shutil.rmtree(self._directory, ignore_errors=True)
+
+
+def release_tier_factories(release: VllmRelease) -> dict[str, Callable[[int, memoryview], Any]]:
+    """``{"example": factory, "fs": factory}`` for a release with tiering
+    (empty without). A factory ignores ``capacity_blocks`` (the tiers take
+    none)."""
+    if not has_tiering(release):
+        return {}
+    example = importlib.import_module(f"{TIERING}.example.manager")
+    fs = importlib.import_module(f"{TIERING}.fs.manager")
+
+    def example_tier(capacity_blocks: int, primary_kv_view: memoryview) -> Any:
+        return example.ExampleSecondaryTierManager(
+            offloading_spec_record(), primary_kv_view, "example"
+        )
+
+    def fs_tier(capacity_blocks: int, primary_kv_view: memoryview) -> Any:
+        directory = tempfile.mkdtemp(prefix="kvoffload-vllm-fs-")
+        tier = fs.FileSystemTierManager(
+            offloading_spec_record(),
+            primary_kv_view,
+            "fs",
+            root_dir=directory,
+            n_read_threads=2,
+            n_write_threads=2,
+        )
+        return _TempDirTier(tier, directory)
+
+    return {"example": example_tier, "fs": fs_tier}
+
+
+__all__ = ["has_tiering", "offloading_spec_record", "release_tier_factories"]
