@@ -125,7 +125,7 @@ def test_overlapping_calls_may_take_effect_in_either_order() -> None:
 def test_a_history_whose_calls_race_without_the_lock_can_be_caught() -> None:
     # two offers of the same key overlap; both claim to have stored it:
     # no sequential order gives both the key (the second sees it PENDING)
-    both = ((KEYS[1],), frozenset())
+    both: tuple[tuple[bytes, ...], frozenset[bytes]] = ((KEYS[1],), frozenset())
     history = [
         Event("prepare_store", ([1],), 0.0, 2.0, both, 0),
         Event("prepare_store", ([1],), 1.0, 3.0, both, 1),
