@@ -335,7 +335,17 @@ class TierHarness:
                     accepted = before.acceptable_chunks(key, self.row_bytes, record)
                     if key in made_it and data not in accepted:
                         invariant, why = self._describe(data, key, job.keys)
-                        if data == self.expected[row]:
+                        elsewhere = [
+                            other for other in job.chunk_ids
+                            if other != row and self._row(other) in accepted
+                        ]
+                        if elsewhere:
+                            invariant, why = (
+                                Invariant.TIER_PROMOTION_SLOTS,
+                                f"the key's chunk went to slot {elsewhere[0]}, another key's "
+                                "slot of this promotion",
+                            )
+                        elif data == self.expected[row]:
                             invariant, why = (
                                 Invariant.TIER_READABLE,
                                 "the slot still holds what it held before: the promotion "
