@@ -19,6 +19,7 @@ census. The first violation is shrunk (the shared delta debugging of
 from __future__ import annotations
 
 import random
+import threading
 import time
 
 import attrs
@@ -37,6 +38,9 @@ ROWS = 12
 """Primary slots of the kit's primary memory."""
 
 DRIVER = "tier"
+
+POLL_THREAD_EVERY = 2
+"""One run in this many has a tier-poll thread (:class:`PollThread`)."""
 
 _KINDS = (
     "store", "load", "poll", "lookup", "drain", "settle", "finish_request",
@@ -101,28 +105,83 @@ def draw_ops(rng: random.Random, shape: TierRunShape, steps: int) -> list[TierOp
     return ops
 
 
+POLL_INTERVAL = 0.0002
+"""Seconds between two polls of the tier-poll thread."""
+
+
+class PollThread(threading.Thread):
+    """The tier-poll thread: calls ``get_finished_jobs`` (the harness's
+    ``poll`` step) every :data:`POLL_INTERVAL` seconds under the callers'
+    lock, as vLLM's tiering manager polls its tiers between engine steps,
+    while the main thread makes the other calls under the same lock."""
+
+    def __init__(self, harness: TierHarness, lock: threading.Lock) -> None:
+        super().__init__(daemon=True, name="kvoffload-tier-poll")
+        self.harness = harness
+        self.lock = lock
+        self.stopping = threading.Event()
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        while not self.stopping.is_set():
+            with self.lock:
+                if self.stopping.is_set():
+                    return
+                try:
+                    self.harness.step(TierOp("poll"))
+                except Exception as error:
+                    self.error = error
+                    return
+            time.sleep(POLL_INTERVAL)
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.join(timeout=10)
+
+
 def replay(
-    factory: TierFactory, shape: TierRunShape, ops: list[TierOp], profile: Profile = DEFAULT
+    factory: TierFactory,
+    shape: TierRunShape,
+    ops: list[TierOp],
+    profile: Profile = DEFAULT,
+    *,
+    poll_thread: bool = False,
 ) -> tuple[TierHarness | None, BaseException | None]:
     """Run ``ops`` on a fresh tier; the harness and the failure (None if
-    all held). The tier is shut down either way."""
+    all held). With ``poll_thread`` a :class:`PollThread` polls the tier
+    meanwhile, and ``harness.ops`` records the calls of both threads in the
+    order they took effect (a sequential replay of that order is then
+    deterministic as far as the callers go). The tier is shut down either
+    way."""
     try:
         harness = make_harness(factory, shape, profile)
     except Exception as error:  # the factory itself failed
         return None, error
+    lock = threading.Lock()
+    poller = PollThread(harness, lock) if poll_thread else None
+    failure: BaseException | None = None
     try:
+        if poller is not None:
+            poller.start()
         for op in ops:
-            harness.step(op)
+            with lock:
+                if poller is not None and poller.error is not None:
+                    break
+                harness.step(op)
     except Exception as error:
-        if _is_kit_error(error):
-            raise
-        return harness, error
+        failure = error
     finally:
+        if poller is not None:
+            poller.stop()
+            if failure is None:
+                failure = poller.error
         try:
             harness.close()
         except Exception:  # noqa: S110 - a failing shutdown is reported by the run, not here
             pass
-    return harness, None
+    if failure is not None and _is_kit_error(failure):
+        raise failure
+    return harness, failure
 
 
 def make_harness(factory: TierFactory, shape: TierRunShape, profile: Profile) -> TierHarness:
@@ -209,19 +268,23 @@ def audit_tier(
     done_runs = done_steps = 0
     failure: BaseException | None = None
     failing: tuple[TierRunShape, list[TierOp]] | None = None
+    driver = DRIVER
+    failed_harness: TierHarness | None = None
     for index in range(runs):
         if deadline is not None and time.perf_counter() > deadline:
             break
         rng = run_seed(seed, index)
         shape = draw_shape(rng, chunk_bytes)
         ops = draw_ops(rng, shape, rng.randint(max(4, steps // 4), steps))
-        harness, error = replay(factory, shape, ops, profile)
+        threaded = index % POLL_THREAD_EVERY == POLL_THREAD_EVERY - 1
+        harness, error = replay(factory, shape, ops, profile, poll_thread=threaded)
         done_runs += 1
         done_steps += len(harness.trace) if harness is not None else 0
         if error is not None:
             failure = error
-            kept = len(harness.trace) if harness is not None else 0
-            failing = (shape, ops[:kept])
+            driver = DRIVER + (" + poll thread" if threaded else "")
+            failing = (shape, list(harness.ops) if harness is not None else [])
+            failed_harness = harness
             break
     report = AuditReport(
         target,
@@ -231,7 +294,7 @@ def audit_tier(
         done_steps,
         time.perf_counter() - started,
         seed=seed,
-        driver=DRIVER,
+        driver=driver,
     )
     if failure is None or failing is None:
         return report
@@ -247,14 +310,20 @@ def audit_tier(
     if failing[1]:
         ops = shrink_sequence(ops, fails, _smaller)
     harness, shrunk = replay(factory, shape, ops, profile)
+    note = ""
     if shrunk is None or failure_kind(shrunk) != kind:
-        shrunk, harness = failure, None  # a race that did not recur: report the original
-        harness, _ = replay(factory, shape, failing[1], profile)
+        # a race with the tier's own threads that a sequential replay did not
+        # repeat: report the calls in the order they took effect
+        shrunk, harness = failure, failed_harness
+        note = (
+            " (a race with the tier's own threads: the replay makes the callers' "
+            "interleaving deterministic, the tier's threads may need a few runs)"
+        )
     invariant = shrunk.invariant if isinstance(shrunk, SpecViolation) else Invariant.CRASH
     if isinstance(shrunk, SpecViolation):
-        message = f"invariant {invariant.label}: {shrunk.reason}"
+        message = f"invariant {invariant.label}: {shrunk.reason}{note}"
     else:
-        message = f"the tier raised {type(shrunk).__name__}: {shrunk}"
+        message = f"the tier raised {type(shrunk).__name__}: {shrunk}{note}"
     script = harness.script(factory_import, message) if harness is not None else None
     return attrs.evolve(
         report,

@@ -118,6 +118,7 @@ class TierHarness:
     owner: list[int | None] = attrs.field(init=False)
     fillers: dict[bytes, int] = attrs.field(init=False, factory=dict)
     trace: list[str] = attrs.field(init=False, factory=list)
+    ops: list[TierOp] = attrs.field(init=False, factory=list)
     next_job: int = 0
     versions: dict[OffloadKey, int] = attrs.field(init=False, factory=dict)
     stored_ever: set[OffloadKey] = attrs.field(init=False, factory=set)
@@ -236,7 +237,10 @@ class TierHarness:
 
     def step(self, op: TierOp) -> None:
         """Run ``op`` (one method call), recording it first, then check the
-        rows (``T2``)."""
+        rows (``T2``). Callers on several threads hold one lock around
+        ``step`` (as vLLM's callers hold the manager's lock): ``ops`` is then
+        the calls in the order they took effect."""
+        self.ops.append(op)
         self.trace.append(op.render())
         getattr(self, op.method)(*op.args)
         self.check_rows()

@@ -313,28 +313,64 @@ class _Job:
 
 
 class RacyThreadTier(ThreadTier):
-    """The worker thread updates the index without taking the lock: a
-    lookup (or an eviction decided on the caller's thread) can see a chunk
-    that is not written yet."""
+    """Promotions run on a second worker thread (a read pool, as vLLM's fs
+    tier has), and the store worker publishes a key in the index before its
+    bytes, without the lock: a promotion racing the cascade reads the
+    empty placeholder."""
 
-    def execute(self, job: TierJobLike) -> None:
-        if job.is_promotion:
+    def __init__(self, capacity_blocks: int, primary_kv_view: memoryview) -> None:
+        super().__init__(capacity_blocks, primary_kv_view)
+        self.loads: queue.Queue[TierJobLike | None] = queue.Queue()
+        self.reader = threading.Thread(target=self.serve_loads, daemon=True)
+        self.reader.start()
+
+    def serve_loads(self) -> None:
+        while (job := self.loads.get()) is not None:
             with self.lock:
                 self.run(job)
-            return
+            self.loads.task_done()
+        self.loads.task_done()
+
+    def submit_load(self, job: TierJobLike) -> None:
+        with self.lock:
+            for key in job.keys:
+                if key in self.chunks:
+                    self.loading[key] += 1
+        self.loads.put(job)
+
+    def write_slot(self, slot: int, data: bytes) -> None:
+        start = slot * self.chunk_bytes
+        self.view[start : start + len(data)] = data  # the placeholder writes nothing
+
+    def execute(self, job: TierJobLike) -> None:
         made: list[OffloadKey] = []
         for key, slot in zip(job.keys, job.chunk_ids):
             if key in self.chunks:
                 made.append(key)
                 continue
-            if not self.make_room(job.keys):
-                continue
-            self.chunks[key] = b""  # visible before the bytes are
-            threading.Event().wait(0.0005)
+            with self.lock:
+                if not self.make_room(job.keys):
+                    continue
+            self.chunks[key] = b""  # published before its bytes, outside the lock
+            threading.Event().wait(0.002)
             self.chunks[key] = self.read_slot(int(slot))
             made.append(key)
         with self.lock:
             self.finished.append(self.result(job, made))
+
+    def drain_jobs(self) -> None:
+        self.jobs.join()
+        self.loads.join()
+
+    def has_pending_work(self) -> bool:
+        with self.lock:
+            busy = self.jobs.unfinished_tasks or self.loads.unfinished_tasks
+            return bool(busy or self.finished)
+
+    def shutdown(self) -> None:
+        self.loads.put(None)
+        self.reader.join(timeout=5)
+        super().shutdown()
 
 
 def _factory(cls: type[DictTier]) -> Any:
@@ -368,5 +404,6 @@ PLANTED: dict[str, tuple[Any, frozenset[Invariant]]] = {
     "overflow": (overflow, frozenset({Invariant.TIER_CAPACITY})),
     "evict_loading": (evict_loading, frozenset({Invariant.TIER_LIFECYCLE})),
     "stale": (stale, frozenset({Invariant.TIER_READABLE})),
+    "racy_thread": (racy_thread, frozenset({Invariant.TIER_READABLE})),
 }
 """Each planted defect, its factory and the invariants that name it."""
