@@ -100,4 +100,24 @@ def release_tier_factories(release: VllmRelease) -> dict[str, Callable[[int, mem
     return {"example": example_tier, "fs": fs_tier}
 
 
-__all__ = ["has_tiering", "offloading_spec_record", "release_tier_factories"]
+def make_tier_factory(directory: str, name: str) -> Callable[[int, memoryview], Any]:
+    """The factory of tier ``name`` (``"example"``, ``"fs"``) of the release
+    under ``directory`` (loaded here): what a replay script of ``audit
+    --vllm`` imports."""
+    from kvoffload.vllm_release import load_release
+
+    return release_tier_factories(load_release(directory))[name]
+
+
+CHUNK_BYTES = 4096
+"""Bytes per primary slot when auditing vLLM's tiers (the fs tier writes
+with ``O_DIRECT``, which needs whole disk blocks)."""
+
+
+__all__ = [
+    "CHUNK_BYTES",
+    "has_tiering",
+    "make_tier_factory",
+    "offloading_spec_record",
+    "release_tier_factories",
+]
