@@ -8,6 +8,10 @@
 - :class:`LegacyManagerAdapter` audits managers written against the older
   block-hash-list API.
 - :func:`check_exhaustively` runs every call sequence up to a depth.
+- :func:`audit_tier` holds a secondary tier (vLLM 0.33's
+  ``SecondaryTierManager`` shape) built by
+  ``factory(capacity_blocks, primary_kv_view)`` to the tier model, bytes
+  included (:mod:`kvoffload.stateful.tier_audit`).
 """
 
 from __future__ import annotations
