@@ -156,6 +156,11 @@ class IllegalTierCallError(OffloadingError):
         self.call = call
 
 
+class InvalidTierJobError(OffloadingError):
+    """A job the model cannot take: an id already used, keys repeated, a
+    slot count that differs from the key count, a store without versions."""
+
+
 @attrs.frozen
 class TierKey:
     """What the model knows of one key in a tier (see the module docstring)."""
@@ -205,7 +210,7 @@ def tier_apply(key: bytes, state: TierKey, call: TierCall, version: int | None =
         raise IllegalTierCallError(key, kind, call)
     if call is TierCall.SUBMIT_STORE:
         if version is None:
-            raise ValueError("a store needs the version it writes")
+            raise InvalidTierJobError("a store needs the version it writes")
         after = attrs.evolve(state, storing=state.storing + (version,))
     elif call in (TierCall.STORE_OK, TierCall.STORE_FAILED):
         if version is None or version not in state.storing:
@@ -325,9 +330,9 @@ class TierModel:
 
     def _check_new_job(self, job: TierJob) -> None:
         if job.job_id in self.jobs or job.job_id in self.reported:
-            raise ValueError(f"job id {job.job_id} was already used")
+            raise InvalidTierJobError(f"job id {job.job_id} was already used")
         if len(job.keys) != len(job.chunk_ids) or len(set(job.keys)) != len(job.keys):
-            raise ValueError("a job names each key once, with one slot per key")
+            raise InvalidTierJobError("a job names each key once, with one slot per key")
 
     def submit_store(self, job: TierJob, versions: Sequence[int]) -> TierModel:
         """A cascade of ``job.keys``, ``versions[i]`` being the version in
@@ -520,6 +525,7 @@ __all__ = [
     "FORBIDDEN",
     "TIER_TRANSITIONS",
     "IllegalTierCallError",
+    "InvalidTierJobError",
     "JobRecord",
     "TierCall",
     "TierKey",

@@ -25,7 +25,7 @@ import time
 import attrs
 
 from kvoffload.spec.profile import DEFAULT, Profile
-from kvoffload.spec.tier_model import IllegalTierCallError
+from kvoffload.spec.tier_model import IllegalTierCallError, InvalidTierJobError
 from kvoffload.spec.violations import Invariant, SpecViolation
 from kvoffload.stateful.auditing import AuditReport, default_seed
 from kvoffload.stateful.drivers import run_seed
@@ -198,7 +198,7 @@ def make_harness(factory: TierFactory, shape: TierRunShape, profile: Profile) ->
 
 def _is_kit_error(error: BaseException) -> bool:
     """An error raised by the kit's own model (a bug of the kit)."""
-    if isinstance(error, IllegalTierCallError):
+    if isinstance(error, (IllegalTierCallError, InvalidTierJobError)):
         return True
     if isinstance(error, SpecViolation):
         return False

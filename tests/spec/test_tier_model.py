@@ -15,6 +15,7 @@ from kvoffload.spec.tier_model import (
     FORBIDDEN,
     TIER_TRANSITIONS,
     IllegalTierCallError,
+    InvalidTierJobError,
     TierCall,
     TierKey,
     TierModel,
@@ -135,6 +136,14 @@ def test_a_store_in_flight_may_serve_a_promotion_of_its_key() -> None:
     model = model.submit_store(TierJob(2, (A,), (6,), False), [2])
     after, record, made = model.report(1, True, None)
     assert made == {A} and chunk_pattern(A, 2, 8) in after.acceptable_chunks(A, 8, record)
+
+
+def test_a_job_the_model_cannot_take_is_refused_with_a_typed_error() -> None:
+    model = TierModel(2).submit_store(TierJob(0, (A,), (0,), False), [1])
+    for job in (TierJob(0, (B,), (1,), False), TierJob(1, (A, A), (1, 2), False),
+                TierJob(2, (B,), (1, 2), True)):
+        with pytest.raises(InvalidTierJobError):
+            model.submit_load(job) if job.is_promotion else model.submit_store(job, [1])
 
 
 def test_capacity_and_drain() -> None:
