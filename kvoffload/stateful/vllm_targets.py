@@ -353,7 +353,11 @@ def _audit_release_tiers(
     """The release's secondary tiers (0.33 on: ``tier example``, ``tier fs``
     in a temporary directory), one line each, under the release's profile."""
     from kvoffload.stateful.tier_audit import audit_tier
-    from kvoffload.stateful.vllm_tiers import CHUNK_BYTES, release_tier_factories
+    from kvoffload.stateful.vllm_tiers import (
+        CHUNK_BYTES,
+        TIER_EXAMPLES,
+        release_tier_factories,
+    )
 
     reports = []
     for name, factory in release_tier_factories(release).items():
@@ -361,7 +365,7 @@ def _audit_release_tiers(
             factory,
             profile=profile,
             seed=args.seed,
-            max_examples=args.examples,
+            max_examples=args.examples or TIER_EXAMPLES.get(name),
             stateful_step_count=args.steps,
             name=f"tier {name}",
             chunk_bytes=CHUNK_BYTES,
