@@ -93,5 +93,8 @@ BUILTIN_TIER_TARGETS: tuple[BuiltinTierTarget, ...] = ()
 """The library's own secondary tiers, audited by the main job after the
 managers (one row each). A tier joins with one line here, e.g.
 ``BuiltinTierTarget("FileSystemTier", file_system_tier)`` where
-``file_system_tier(capacity_blocks, primary_kv_view)`` builds one in a
-temporary directory."""
+``file_system_tier(capacity_blocks, primary_kv_view)``, a function of this
+module, returns ``TempDirTier(FileSystemTier(d, capacity_blocks,
+primary_kv_view), d)`` for ``d = tempfile.mkdtemp()``
+(:class:`~kvoffload.stateful.tier_harness.TempDirTier` removes ``d`` at
+shutdown)."""

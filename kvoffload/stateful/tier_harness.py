@@ -24,6 +24,7 @@ renders the trace as calls of these methods).
 from __future__ import annotations
 
 import mmap
+import shutil
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -53,6 +54,28 @@ REQUIRED_METHODS = ("lookup", "submit_store", "submit_load", "get_finished_jobs"
 RETRY_ROUNDS = 50
 """A census asks a key answering RETRY again this many times (calling the
 tier's ``on_schedule_end`` and pausing 1 ms between rounds)."""
+
+
+class TempDirTier:
+    """A tier that lives in a temporary directory, removed when the tier is
+    shut down; every other attribute is the tier's own. What a factory of a
+    file tier returns, e.g. ``TempDirTier(FileSystemTier(d, capacity_blocks,
+    primary_kv_view), d)`` with ``d = tempfile.mkdtemp()``."""
+
+    def __init__(self, tier: Any, directory: str) -> None:
+        self._tier = tier
+        self._directory = directory
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._tier, name)
+
+    def shutdown(self) -> None:
+        try:
+            hook = getattr(self._tier, "shutdown", None)
+            if callable(hook):
+                hook()
+        finally:
+            shutil.rmtree(self._directory, ignore_errors=True)
 
 
 def tier_keys(count: int) -> list[OffloadKey]:
@@ -538,6 +561,7 @@ __all__ = [
     "ROW_BYTES",
     "TierFactory",
     "TierHarness",
+    "TempDirTier",
     "TierOp",
     "lookup_answer",
     "tier_keys",

@@ -14,12 +14,12 @@ they touch. Neither tier takes a capacity: audit them under the
 from __future__ import annotations
 
 import importlib
-import shutil
 import tempfile
 import types
 from collections.abc import Callable
 from typing import Any
 
+from kvoffload.stateful.tier_harness import TempDirTier
 from kvoffload.vllm_release import VllmRelease
 
 TIERING = "vllm.v1.kv_offload.tiering"
@@ -53,24 +53,6 @@ def offloading_spec_record() -> Any:
     )
 
 
-class _TempDirTier:
-    """A tier over a temporary directory, removed at ``shutdown``; every
-    other attribute is the tier's own."""
-
-    def __init__(self, tier: Any, directory: str) -> None:
-        self._tier = tier
-        self._directory = directory
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._tier, name)
-
-    def shutdown(self) -> None:
-        try:
-            self._tier.shutdown()
-        finally:
-            shutil.rmtree(self._directory, ignore_errors=True)
-
-
 def release_tier_factories(release: VllmRelease) -> dict[str, Callable[[int, memoryview], Any]]:
     """``{"example": factory, "fs": factory}`` for a release with tiering
     (empty without). A factory ignores ``capacity_blocks`` (the tiers take
@@ -95,7 +77,7 @@ def release_tier_factories(release: VllmRelease) -> dict[str, Callable[[int, mem
             n_read_threads=2,
             n_write_threads=2,
         )
-        return _TempDirTier(tier, directory)
+        return TempDirTier(tier, directory)
 
     return {"example": example_tier, "fs": fs_tier}
 

@@ -17,7 +17,7 @@ from kvoffload.spec.profile import DEFAULT, profile_named
 from kvoffload.spec.violations import Invariant
 from kvoffload.stateful import audit_cli, audit_tier
 from kvoffload.stateful.targets import BuiltinTierTarget
-from kvoffload.stateful.tier_harness import TierHarness, TierOp
+from kvoffload.stateful.tier_harness import TempDirTier, TierHarness, TierOp
 from tests.stateful import tier_samples
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -119,3 +119,14 @@ def test_built_in_tiers_join_the_main_job_from_one_table(
     out = capsys.readouterr().out
     assert status == 1
     assert "DictTier" in out and "TornReadTier" in out and "T1 tier readable" in out
+
+
+def test_a_temp_dir_tier_forwards_calls_and_removes_its_directory(tmp_path: Path) -> None:
+    directory = tmp_path / "tier"
+    directory.mkdir()
+    (directory / "chunk.bin").write_bytes(b"x")
+    inner = tier_samples.dict_tier(1, memoryview(bytearray(64)).cast("B", (1, 64)))
+    tier = TempDirTier(inner, str(directory))
+    assert tier.lookup(b"abcd\x00\x00\x00\x00", None).name == "MISS"
+    tier.shutdown()
+    assert not directory.exists()
