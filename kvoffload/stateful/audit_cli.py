@@ -33,6 +33,7 @@ from kvoffload.stateful.targets import (
     TierFactory,
 )
 from kvoffload.stateful.tier_audit import audit_tier
+from kvoffload.stateful.tier_harness import REQUIRED_METHODS
 
 Factory = Callable[[int], OffloadingManager]
 
@@ -291,8 +292,9 @@ class Progress:
 
 def resolve_tier(spec: str) -> TierFactory:
     """Import ``module:callable`` for ``--tier``: it must be callable as
-    ``factory(capacity_blocks, primary_kv_view)`` (:class:`TargetError`
-    otherwise)."""
+    ``factory(capacity_blocks, primary_kv_view)`` and return an object with
+    a tier's methods (checked by name on one tier built with capacity 1;
+    :class:`TargetError` otherwise)."""
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise TargetError(f"--tier must look like module:callable, got {spec!r}")
@@ -315,7 +317,24 @@ def resolve_tier(spec: str) -> TierFactory:
             f"{spec}(capacity_blocks, primary_kv_view)"
         ) from None
     except ValueError:
-        pass  # no signature to inspect: the audit's first run decides
+        pass  # no signature to inspect: the call below decides
+    view = memoryview(bytearray(64)).cast("B", (1, 64))
+    try:
+        tier = cast(TierFactory, factory)(1, view)
+    except Exception as error:
+        raise TargetError(
+            f"{spec}(1, primary_kv_view) raised {type(error).__name__}: {error}; "
+            "it must return a secondary tier"
+        ) from None
+    missing = [name for name in REQUIRED_METHODS if not callable(getattr(tier, name, None))]
+    shutdown = getattr(tier, "shutdown", None)
+    if callable(shutdown):
+        shutdown()
+    if missing:
+        raise TargetError(
+            f"{spec}(1, primary_kv_view) returned {type(tier).__name__}, not a secondary "
+            f"tier (no {', '.join(missing)})"
+        )
     return cast(TierFactory, factory)
 
 

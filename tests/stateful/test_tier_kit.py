@@ -100,6 +100,7 @@ def test_cli_exit_status_pass_violation_usage() -> None:
     assert bad.returncode == 1 and "T1 tier readable" in bad.stdout
     assert "t = TierHarness(factory" in bad.stdout
     for usage in (["--tier", "no_such_module:x"], ["--tier", f"{SAMPLES}:CORRECT"],
+                  ["--tier", f"{SAMPLES}:not_a_tier"], ["--tier", f"{SAMPLES}:DictTier.lookup"],
                   ["--tier", f"{SAMPLES}:dict_tier", "--target", "m:f"]):
         assert _audit(*usage).returncode == 2
 

@@ -393,6 +393,11 @@ evict_loading = _factory(EvictLoadingTier)
 stale = _factory(StaleTier)
 racy_thread = _factory(RacyThreadTier)
 
+def not_a_tier(capacity_blocks: int, primary_kv_view: memoryview) -> object:
+    """A factory whose product has none of a tier's methods (a usage error)."""
+    return object()
+
+
 CORRECT = {"dict_tier": dict_tier, "thread_tier": thread_tier}
 
 PLANTED: dict[str, tuple[Any, frozenset[Invariant]]] = {
