@@ -1,0 +1,327 @@
+"""Design (c): one file per chunk under a temporary directory, written to a
+temporary name and renamed into place, by a pool of two I/O threads.
+
+The file system is the index: ``lookup`` answers HIT when the chunk's final
+file exists. A writer writes ``<name>.tmp`` fully, closes it, and renames it
+into place under the lock in the same critical section that queues the job's
+result, so a HIT is never seen before its store is complete. Capacity is
+counted in memory (files in place plus reserved names); victims are the
+oldest chunks no load pins. Hook points: ``before_write`` (may raise, to
+inject a write error), ``mid_write`` (half the chunk written), ``before_read``.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import shutil
+import tempfile
+import threading
+from collections import Counter, OrderedDict
+from collections.abc import Collection, Iterable
+from typing import BinaryIO
+
+import attrs
+
+from tests.blind_tiers._common import (
+    Hooks,
+    LookupResult,
+    OffloadKey,
+    ReqContext,
+    RequestOffloadingContext,
+    Rows,
+    TierJobLike,
+    TierJobResult,
+    dedup_pairs,
+    job_result,
+)
+
+_WORKERS = 2
+
+
+@attrs.define
+class _Work:
+    job_id: int
+    keys: list[OffloadKey]
+    is_load: bool
+    copy: list[tuple[OffloadKey, int]]
+    skipped: list[OffloadKey]
+
+
+class FileTier:
+    def __init__(self, capacity_blocks: int, primary_kv_view: memoryview) -> None:
+        self._capacity = capacity_blocks
+        self._rows = Rows(primary_kv_view)
+        self.root = tempfile.mkdtemp(prefix="blind-file-tier-")
+        self.hooks = Hooks()
+        self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)
+        self._order: OrderedDict[OffloadKey, None] = OrderedDict()  # files in place
+        self._reserved: set[OffloadKey] = set()
+        self._pins: Counter[OffloadKey] = Counter()
+        self._results: list[TierJobResult] = []
+        self._in_flight = 0
+        self._work: queue.Queue[_Work | None] = queue.Queue()
+        self._threads = [
+            threading.Thread(target=self._serve, name=f"file-tier-{i}", daemon=True)
+            for i in range(_WORKERS)
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def _path(self, key: OffloadKey) -> str:
+        return os.path.join(self.root, key.hex())
+
+    # -- caller side --------------------------------------------------------------
+    def lookup(self, key: OffloadKey, req_context: ReqContext) -> LookupResult:
+        with self._lock:
+            return LookupResult.HIT if os.path.exists(self._path(key)) else LookupResult.MISS
+
+    def _victim_locked(self) -> OffloadKey | None:
+        for key in self._order:
+            if not self._pins[key]:
+                return key
+        return None
+
+    def _evict_locked(self, key: OffloadKey) -> None:
+        del self._order[key]
+        try:
+            os.unlink(self._path(key))
+        except FileNotFoundError:
+            pass
+
+    def _reserve_locked(self, key: OffloadKey) -> bool:
+        while len(self._order) + len(self._reserved) >= self._capacity:
+            victim = self._victim_locked()
+            if victim is None:
+                return False
+            self._evict_locked(victim)
+        self._reserved.add(key)
+        return True
+
+    def submit_store(self, job: TierJobLike) -> None:
+        pairs = dedup_pairs(job)
+        work = _Work(job.job_id, [k for k, _ in pairs], False, [], [])
+        with self._lock:
+            for key, row in pairs:
+                if key in self._order or key in self._reserved:
+                    work.skipped.append(key)
+                elif self._reserve_locked(key):
+                    work.copy.append((key, row))
+            self._in_flight += 1
+        self._work.put(work)
+
+    def submit_load(self, job: TierJobLike) -> None:
+        keys = list(job.keys)
+        pairs = list(zip(keys, (int(c) for c in job.chunk_ids)))
+        with self._lock:
+            for key in keys:
+                self._pins[key] += 1
+            self._in_flight += 1
+        self._work.put(_Work(job.job_id, keys, True, pairs, []))
+
+    def get_finished_jobs(self) -> Iterable[TierJobResult]:
+        with self._lock:
+            out, self._results = self._results, []
+        return out
+
+    def drain_jobs(self) -> None:
+        with self._lock:
+            while self._in_flight:
+                self._idle.wait(timeout=1.0)
+
+    def has_pending_work(self) -> bool:
+        with self._lock:
+            return bool(self._in_flight or self._results)
+
+    def touch(self, keys: Collection[OffloadKey], req_context: ReqContext) -> None:
+        return None
+
+    def on_new_request(self, req_context: ReqContext) -> RequestOffloadingContext:
+        return RequestOffloadingContext(req_id=req_context.req_id)
+
+    def on_request_finished(self, req_context: ReqContext) -> None:
+        return None
+
+    def take_events(self) -> Iterable[object]:
+        return ()
+
+    def shutdown(self) -> None:
+        for _ in self._threads:
+            self._work.put(None)
+        for thread in self._threads:
+            thread.join(timeout=10.0)
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    # -- I/O threads ------------------------------------------------------------------
+    def _serve(self) -> None:
+        while True:
+            work = self._work.get()
+            if work is None:
+                return
+            if work.is_load:
+                self._do_load(work)
+            else:
+                self._do_store(work)
+
+    def _write_halves(self, f: BinaryIO, data: bytes) -> None:
+        half = len(data) // 2
+        self.hooks.fire("before_write")
+        f.write(data[:half])
+        f.flush()
+        self.hooks.fire("mid_write")
+        f.write(data[half:])
+
+    def _write_file(self, key: OffloadKey, data: bytes) -> None:
+        """Write ``data`` to the temporary name; the caller renames it."""
+        with open(self._path(key) + ".tmp", "wb") as f:
+            self._write_halves(f, data)
+
+    def _store_one(self, key: OffloadKey, row: int) -> bool:
+        """Write one chunk and put it in place; False on an I/O error."""
+        tmp = self._path(key) + ".tmp"
+        try:
+            self._write_file(key, self._rows.read(row))
+        except OSError:
+            try:
+                os.unlink(tmp)
+            except FileNotFoundError:
+                pass
+            return False
+        with self._lock:
+            os.replace(tmp, self._path(key))
+            self._order[key] = None
+            self._reserved.discard(key)
+        return True
+
+    def _do_store(self, work: _Work) -> None:
+        ok: list[OffloadKey] = []
+        for key, row in work.copy:
+            if self._store_one(key, row):
+                ok.append(key)
+            else:
+                with self._lock:
+                    self._reserved.discard(key)
+        with self._lock:
+            ok.extend(k for k in work.skipped if k in self._order)
+            self._publish_locked(job_result(work.job_id, work.keys, ok))
+
+    def _read_file(self, key: OffloadKey) -> bytes:
+        with open(self._path(key), "rb") as f:
+            return f.read()
+
+    def _do_load(self, work: _Work) -> None:
+        ok: list[OffloadKey] = []
+        for key, row in work.copy:
+            try:
+                self.hooks.fire("before_read")
+                self._rows.write(row, self._read_file(key))
+                ok.append(key)
+            except (OSError, ValueError):
+                pass
+        with self._lock:
+            for key, _ in work.copy:
+                self._pins[key] -= 1
+                if self._pins[key] <= 0:
+                    del self._pins[key]
+            self._publish_locked(job_result(work.job_id, work.keys, ok))
+
+    def _publish_locked(self, result: TierJobResult) -> None:
+        self._results.append(result)
+        self._in_flight -= 1
+        self._idle.notify_all()
+
+
+# ---------------------------------------------------------------------------
+# Defects.
+
+
+class WritesInPlace(FileTier):
+    """Writes straight to the final name ("rename is one syscall too many"):
+    the chunk is visible, half written, to ``lookup`` and to readers."""
+
+    def _store_one(self, key: OffloadKey, row: int) -> bool:
+        try:
+            with open(self._path(key), "wb") as f:
+                self._write_halves(f, self._rows.read(row))
+        except OSError:
+            try:
+                os.unlink(self._path(key))
+            except FileNotFoundError:
+                pass
+            return False
+        with self._lock:
+            self._order[key] = None
+            self._reserved.discard(key)
+        return True
+
+
+class RenamesBeforeWriting(FileTier):
+    """Renames the temporary file into place right after opening it and then
+    writes through the open descriptor: the final name exists, short, while
+    the write goes on."""
+
+    def _store_one(self, key: OffloadKey, row: int) -> bool:
+        tmp = self._path(key) + ".tmp"
+        try:
+            with open(tmp, "wb") as f:
+                os.replace(tmp, self._path(key))
+                self._write_halves(f, self._rows.read(row))
+        except OSError:
+            try:
+                os.unlink(self._path(key))
+            except FileNotFoundError:
+                pass
+            return False
+        with self._lock:
+            self._order[key] = None
+            self._reserved.discard(key)
+        return True
+
+
+class EvictsWhileLoading(FileTier):
+    """Picks the oldest chunk as victim whether or not a load is reading it."""
+
+    def _victim_locked(self) -> OffloadKey | None:
+        return next(iter(self._order), None)
+
+
+class RenamesFailedWrite(FileTier):
+    """Renames the temporary file in a ``finally``: a write that failed
+    half-way is put in place (and read as a HIT) though the job fails."""
+
+    def _store_one(self, key: OffloadKey, row: int) -> bool:
+        tmp = self._path(key) + ".tmp"
+        try:
+            self._write_file(key, self._rows.read(row))
+            return_ok = True
+        except OSError:
+            return_ok = False
+        finally:
+            if os.path.exists(tmp):
+                os.replace(tmp, self._path(key))
+        if return_ok:
+            with self._lock:
+                self._order[key] = None
+                self._reserved.discard(key)
+        return return_ok
+
+
+def make(capacity_blocks: int, primary_kv_view: memoryview) -> FileTier:
+    return FileTier(capacity_blocks, primary_kv_view)
+
+
+def make_writes_in_place(capacity_blocks: int, primary_kv_view: memoryview) -> FileTier:
+    return WritesInPlace(capacity_blocks, primary_kv_view)
+
+
+def make_renames_before_writing(capacity_blocks: int, primary_kv_view: memoryview) -> FileTier:
+    return RenamesBeforeWriting(capacity_blocks, primary_kv_view)
+
+
+def make_evicts_while_loading(capacity_blocks: int, primary_kv_view: memoryview) -> FileTier:
+    return EvictsWhileLoading(capacity_blocks, primary_kv_view)
+
+
+def make_renames_failed_write(capacity_blocks: int, primary_kv_view: memoryview) -> FileTier:
+    return RenamesFailedWrite(capacity_blocks, primary_kv_view)
