@@ -12,10 +12,15 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from types import TracebackType
+from typing import cast
+
+import attrs
+import numpy as np
+import numpy.typing as npt
 
 from kvoffload.spec.contract import LookupResult, ReqContext
 from kvoffload.spec.keys import OffloadKey, make_offload_key
-from kvoffload.spec.tier_contract import TierJob, TierJobResult
+from kvoffload.spec.tier_contract import TierJob, TierJobLike, TierJobResult
 from tests.blind_tiers._common import Hooks, TierFactory
 
 CHUNK = 32
@@ -33,6 +38,18 @@ def pattern(tag: str, compressible: bool = False) -> bytes:
     if compressible:
         return digest[:2] * (CHUNK // 2)
     return digest
+
+
+@attrs.define
+class VllmShapedJob:
+    """A job shaped as vLLM 0.33's ``TransferJob``: keys a list, chunk ids a
+    numpy array."""
+
+    job_id: int
+    keys: list[OffloadKey]
+    chunk_ids: npt.NDArray[np.int64]
+    is_promotion: bool
+    req_context: ReqContext
 
 
 class Gate:
@@ -55,7 +72,10 @@ class Gate:
 
 
 class Driver:
-    def __init__(self, factory: TierFactory, capacity: int, rows: int = ROWS) -> None:
+    def __init__(
+        self, factory: TierFactory, capacity: int, rows: int = ROWS, numpy_jobs: bool = False
+    ) -> None:
+        self.numpy_jobs = numpy_jobs
         self.buf = bytearray(rows * CHUNK)
         self.view = memoryview(self.buf).cast("B", (rows, CHUNK))
         self.capacity = capacity
@@ -120,10 +140,23 @@ class Driver:
         self._next_id += 1
         job = TierJob(self._next_id, tuple(keys), tuple(rows), load, self.ctx)
         self.jobs[job.job_id] = job
-        if load:
-            self.tier.submit_load(job)
-        else:
-            self.tier.submit_store(job)
+        sent: TierJobLike = job
+        if self.numpy_jobs:
+            # vLLM's chunk_ids is an ndarray, which typing does not call a Sequence.
+            sent = cast(
+                TierJobLike,
+                VllmShapedJob(
+                    job.job_id, list(keys), np.asarray(rows, dtype=np.int64), load, self.ctx
+                ),
+            )
+        try:
+            if load:
+                self.tier.submit_load(sent)
+            else:
+                self.tier.submit_store(sent)
+        except Exception as exc:  # a legal submit must not raise
+            del self.jobs[job.job_id]
+            self.violate(f"submit_{'load' if load else 'store'} raised {type(exc).__name__}: {exc}")
         return job.job_id
 
     def submit_store(self, keys: Sequence[OffloadKey], rows: Sequence[int]) -> int:
@@ -154,6 +187,8 @@ class Driver:
         self.accept(list(self.tier.get_finished_jobs()))
 
     def wait(self, job_id: int, timeout: float = WAIT_S, record: bool = True) -> TierJobResult | None:
+        if job_id not in self.jobs:  # its submit raised
+            return None
         deadline = time.monotonic() + timeout
         while True:
             self.poll()

@@ -218,6 +218,24 @@ class PendingIgnoresResults(DictPollTier):
         return bool(self._queue)
 
 
+class TruthinessOnChunkIds(DictPollTier):
+    """Short-cuts empty jobs with ``if not job.keys or not job.chunk_ids``:
+    fine for tuples, but vLLM hands ``chunk_ids`` as a numpy array, whose
+    truth value is an error for two or more ids."""
+
+    def submit_store(self, job: TierJobLike) -> None:
+        if not job.keys or not job.chunk_ids:
+            self._results.append(TierJobResult(job.job_id, True, None))
+            return
+        super().submit_store(job)
+
+    def submit_load(self, job: TierJobLike) -> None:
+        if not job.keys or not job.chunk_ids:
+            self._results.append(TierJobResult(job.job_id, True, None))
+            return
+        super().submit_load(job)
+
+
 def make(capacity_blocks: int, primary_kv_view: memoryview) -> DictPollTier:
     return DictPollTier(capacity_blocks, primary_kv_view)
 
@@ -246,3 +264,7 @@ def make_pending_ignores_results(
     capacity_blocks: int, primary_kv_view: memoryview
 ) -> DictPollTier:
     return PendingIgnoresResults(capacity_blocks, primary_kv_view)
+
+
+def make_truthiness_on_chunk_ids(capacity_blocks: int, primary_kv_view: memoryview) -> DictPollTier:
+    return TruthinessOnChunkIds(capacity_blocks, primary_kv_view)

@@ -3,8 +3,8 @@ temporary name and renamed into place, by a pool of two I/O threads.
 
 The file system is the index: ``lookup`` answers HIT when the chunk's final
 file exists. A writer writes ``<name>.tmp`` fully, closes it, and renames it
-into place under the lock in the same critical section that queues the job's
-result, so a HIT is never seen before its store is complete. Capacity is
+into place under the lock, the job's chunks together, in the critical section
+that queues the job's result: a HIT is never seen before its job is done. Capacity is
 counted in memory (files in place plus reserved names); victims are the
 oldest chunks no load pins. Hook points: ``before_write`` (may raise, to
 inject a write error), ``mid_write`` (half the chunk written), ``before_read``.
@@ -23,6 +23,7 @@ from typing import BinaryIO
 
 import attrs
 
+from kvoffload.spec.keys import get_offload_block_hash
 from tests.blind_tiers._common import (
     Hooks,
     LookupResult,
@@ -159,10 +160,22 @@ class FileTier:
             work = self._work.get()
             if work is None:
                 return
-            if work.is_load:
-                self._do_load(work)
-            else:
-                self._do_store(work)
+            try:
+                if work.is_load:
+                    self._do_load(work)
+                else:
+                    self._do_store(work)
+            except Exception:  # never lose a job to a bug in one copy
+                self._fail(work)
+
+    def _fail(self, work: _Work) -> None:
+        with self._lock:
+            for key, _ in work.copy:
+                if work.is_load:
+                    self._pins[key] -= 1
+                else:
+                    self._reserved.discard(key)
+            self._publish_locked(TierJobResult(work.job_id, False, None))
 
     def _write_halves(self, f: BinaryIO, data: bytes) -> None:
         half = len(data) // 2
@@ -177,8 +190,8 @@ class FileTier:
         with open(self._path(key) + ".tmp", "wb") as f:
             self._write_halves(f, data)
 
-    def _store_one(self, key: OffloadKey, row: int) -> bool:
-        """Write one chunk and put it in place; False on an I/O error."""
+    def _write_tmp(self, key: OffloadKey, row: int) -> bool:
+        """Write one chunk to its temporary name; False on an I/O error."""
         tmp = self._path(key) + ".tmp"
         try:
             self._write_file(key, self._rows.read(row))
@@ -188,22 +201,26 @@ class FileTier:
             except FileNotFoundError:
                 pass
             return False
-        with self._lock:
-            os.replace(tmp, self._path(key))
-            self._order[key] = None
-            self._reserved.discard(key)
         return True
 
+    def _install_locked(self, key: OffloadKey) -> None:
+        """Put a fully written chunk in place (an atomic rename)."""
+        os.replace(self._path(key) + ".tmp", self._path(key))
+        self._order[key] = None
+
     def _do_store(self, work: _Work) -> None:
-        ok: list[OffloadKey] = []
-        for key, row in work.copy:
-            if self._store_one(key, row):
-                ok.append(key)
-            else:
-                with self._lock:
-                    self._reserved.discard(key)
+        written = [key for key, row in work.copy if self._write_tmp(key, row)]
         with self._lock:
-            ok.extend(k for k in work.skipped if k in self._order)
+            # The job's chunks become readable together with its result.
+            ok: list[OffloadKey] = []
+            for key in written:
+                try:
+                    self._install_locked(key)
+                    ok.append(key)
+                except OSError:
+                    pass
+            self._reserved.difference_update(k for k, _ in work.copy)
+            ok += [k for k in work.skipped if k in self._order]
             self._publish_locked(job_result(work.job_id, work.keys, ok))
 
     def _read_file(self, key: OffloadKey) -> bytes:
@@ -240,7 +257,7 @@ class WritesInPlace(FileTier):
     """Writes straight to the final name ("rename is one syscall too many"):
     the chunk is visible, half written, to ``lookup`` and to readers."""
 
-    def _store_one(self, key: OffloadKey, row: int) -> bool:
+    def _write_tmp(self, key: OffloadKey, row: int) -> bool:
         try:
             with open(self._path(key), "wb") as f:
                 self._write_halves(f, self._rows.read(row))
@@ -250,10 +267,10 @@ class WritesInPlace(FileTier):
             except FileNotFoundError:
                 pass
             return False
-        with self._lock:
-            self._order[key] = None
-            self._reserved.discard(key)
         return True
+
+    def _install_locked(self, key: OffloadKey) -> None:
+        self._order[key] = None
 
 
 class RenamesBeforeWriting(FileTier):
@@ -261,7 +278,7 @@ class RenamesBeforeWriting(FileTier):
     writes through the open descriptor: the final name exists, short, while
     the write goes on."""
 
-    def _store_one(self, key: OffloadKey, row: int) -> bool:
+    def _write_tmp(self, key: OffloadKey, row: int) -> bool:
         tmp = self._path(key) + ".tmp"
         try:
             with open(tmp, "wb") as f:
@@ -273,10 +290,10 @@ class RenamesBeforeWriting(FileTier):
             except FileNotFoundError:
                 pass
             return False
-        with self._lock:
-            self._order[key] = None
-            self._reserved.discard(key)
         return True
+
+    def _install_locked(self, key: OffloadKey) -> None:
+        self._order[key] = None
 
 
 class EvictsWhileLoading(FileTier):
@@ -290,21 +307,29 @@ class RenamesFailedWrite(FileTier):
     """Renames the temporary file in a ``finally``: a write that failed
     half-way is put in place (and read as a HIT) though the job fails."""
 
-    def _store_one(self, key: OffloadKey, row: int) -> bool:
+    def _write_tmp(self, key: OffloadKey, row: int) -> bool:
         tmp = self._path(key) + ".tmp"
+        ok = False
         try:
             self._write_file(key, self._rows.read(row))
-            return_ok = True
+            ok = True
         except OSError:
-            return_ok = False
+            pass
         finally:
             if os.path.exists(tmp):
                 os.replace(tmp, self._path(key))
-        if return_ok:
-            with self._lock:
-                self._order[key] = None
-                self._reserved.discard(key)
-        return return_ok
+        return ok
+
+    def _install_locked(self, key: OffloadKey) -> None:
+        self._order[key] = None
+
+
+class FileNameIgnoresGroup(FileTier):
+    """Names a chunk's file after the block hash only, dropping the key's
+    KV-group index: the chunks of one block in two KV groups share a file."""
+
+    def _path(self, key: OffloadKey) -> str:
+        return os.path.join(self.root, get_offload_block_hash(key).hex())
 
 
 def make(capacity_blocks: int, primary_kv_view: memoryview) -> FileTier:
@@ -325,3 +350,7 @@ def make_evicts_while_loading(capacity_blocks: int, primary_kv_view: memoryview)
 
 def make_renames_failed_write(capacity_blocks: int, primary_kv_view: memoryview) -> FileTier:
     return RenamesFailedWrite(capacity_blocks, primary_kv_view)
+
+
+def make_file_name_ignores_group(capacity_blocks: int, primary_kv_view: memoryview) -> FileTier:
+    return FileNameIgnoresGroup(capacity_blocks, primary_kv_view)

@@ -232,6 +232,18 @@ class SkipMisalignsRows(SlabTier):
         self._queue.append(q)
 
 
+class SortedReadsPermuteRows(SlabTier):
+    """Reads a load's chunks in slab order ("sequential I/O") but hands out
+    the destination rows in the job's order: keys land in each other's rows
+    whenever the two orders differ."""
+
+    def _finish_load(self, q: _Queued) -> TierJobResult:
+        rows = [row for _, row, _ in q.copy]
+        by_slot = sorted(q.copy, key=lambda e: self._slot_of.get(e[0], -1))
+        q.copy = [(key, row, slot) for (key, _, slot), row in zip(by_slot, rows)]
+        return super()._finish_load(q)
+
+
 def make(capacity_blocks: int, primary_kv_view: memoryview) -> SlabTier:
     return SlabTier(capacity_blocks, primary_kv_view)
 
@@ -250,3 +262,7 @@ def make_one_slot_too_many(capacity_blocks: int, primary_kv_view: memoryview) ->
 
 def make_skip_misaligns_rows(capacity_blocks: int, primary_kv_view: memoryview) -> SlabTier:
     return SkipMisalignsRows(capacity_blocks, primary_kv_view)
+
+
+def make_sorted_reads_permute_rows(capacity_blocks: int, primary_kv_view: memoryview) -> SlabTier:
+    return SortedReadsPermuteRows(capacity_blocks, primary_kv_view)

@@ -12,13 +12,14 @@ gets to show whether it is blocked).
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Callable
 
 import pytest
 
 from kvoffload.spec.contract import LookupResult, ReqContext
-from kvoffload.spec.keys import OffloadKey
+from kvoffload.spec.keys import OffloadKey, make_offload_key
 from tests.blind_tiers._common import TierFactory
 from tests.blind_tiers._driver import Driver, key
 from tests.blind_tiers.manifest import BY_NAME, DESIGNS, ENTRIES, correct_entry
@@ -462,6 +463,85 @@ def row_reuse(factory: TierFactory) -> list[str]:
         return d.violations
 
 
+def result_before_copy(factory: TierFactory) -> list[str]:
+    """A store paused in the worker before its copy: it must not be reported
+    yet (a reported store releases its primary rows, which the engine then
+    reuses); A reads back its own bytes in the end."""
+    with Driver(factory, capacity=2) as d:
+        a = key("a")
+        pa = d.fill(0, "a")
+        gate = d.gate("before_copy")
+        job = d.submit_store([a], [0])
+        if not gate.reached.wait(5.0):
+            d.violate("the worker never picked the job")
+        d.poll()
+        if job in d.results:
+            d.violate("a store was reported finished before its copy ran")
+            d.fill(0, "reused")  # the engine reuses the released row
+        gate.go.set()
+        d.drain()
+        d.verify({a: pa}, scratch=10)
+        return d.violations
+
+
+def drain_idle(factory: TierFactory) -> list[str]:
+    """``drain_jobs`` on a tier that never ran a job returns at once."""
+    with Driver(factory, capacity=2) as d:
+        helper = d.in_thread(d.tier.drain_jobs)
+        helper.join(GRACE_S)
+        if helper.is_alive():
+            d.violate("drain_jobs blocks on a tier with nothing in flight")
+            d.fill(0, "a")  # unblock it: a job that finishes wakes the drainer
+            d.submit_store([key("a")], [0])
+            helper.join(5.0)
+        return d.violations
+
+
+def group_keys(factory: TierFactory) -> list[str]:
+    """Two keys of one block hash in KV groups 0 and 1: two chunks, each
+    reading back its own bytes."""
+    with Driver(factory, capacity=4) as d:
+        block = hashlib.sha256(b"block").digest()[:8]
+        k0, k1 = make_offload_key(block, 0), make_offload_key(block, 1)
+        p0, p1 = d.fill(0, "g0"), d.fill(1, "g1")
+        if d.store([k0, k1], [0, 1]) != {k0, k1}:
+            d.violate("a plain store of two keys into an empty tier failed")
+        d.verify({k0: p0, k1: p1}, scratch=10)
+        return d.violations
+
+
+def load_order(factory: TierFactory) -> list[str]:
+    """B stored before A, then one load of [A, B] into rows [4, 5]: A lands
+    in row 4 and B in row 5."""
+    with Driver(factory, capacity=4) as d:
+        a, b = key("a"), key("b")
+        pa, pb = d.fill(0, "a"), d.fill(1, "b")
+        d.store([b], [1])
+        d.store([a], [0])
+        job = d.submit_load([a, b], [4, 5])
+        d.wait(job)
+        if d.ok_keys(job) != {a, b}:
+            d.violate("a load of two stored keys failed")
+        elif d.row(4) != pa or d.row(5) != pb:
+            d.violate("a load put the keys' bytes in the wrong rows")
+        return d.violations
+
+
+def numpy_jobs(factory: TierFactory) -> list[str]:
+    """Jobs shaped as vLLM's (chunk ids a numpy array): a store of two keys
+    and their load back work as with tuples."""
+    with Driver(factory, capacity=4, numpy_jobs=True) as d:
+        a, b = key("a"), key("b")
+        pa, pb = d.fill(0, "a"), d.fill(1, "b")
+        d.store([a, b], [0, 1])
+        job = d.submit_load([a, b], [4, 5])
+        if job in d.jobs:
+            d.wait(job)
+            if d.ok_keys(job) != {a, b} or d.row(4) != pa or d.row(5) != pb:
+                d.violate("a numpy-shaped load did not deliver the stored bytes")
+        return d.violations
+
+
 # ---------------------------------------------------------------------------
 # Which scenario proves which defect.
 
@@ -472,6 +552,11 @@ SCENARIOS: dict[str, Scenario] = {
     "dict_poll.failed_store_indexed": no_room_fails_cleanly,
     "dict_poll.evicts_pinned": load_pins(None),
     "dict_poll.pending_ignores_results": pending_work,
+    "dict_poll.truthiness_on_chunk_ids": numpy_jobs,
+    "thread_worker.reports_at_submit": result_before_copy,
+    "thread_worker.drain_event_starts_clear": drain_idle,
+    "file_chunks.file_name_ignores_group": group_keys,
+    "slab_file.sorted_reads_permute_rows": load_order,
     "thread_worker.copy_on_write_index_race": evict_during_commit,
     "thread_worker.drain_polls_queue": drain_waits,
     "thread_worker.indexed_at_submit": no_hit_mid_store("before_copy"),
@@ -545,10 +630,14 @@ _GENERIC: dict[str, Scenario] = {
     "restore_after_evict": restore_after_evict,
     "row_reuse": row_reuse,
     "stale_answer": stale_answer,
+    "drain_idle": drain_idle,
+    "group_keys": group_keys,
+    "load_order": load_order,
+    "numpy_jobs": numpy_jobs,
 }
 #: The lossy backend fails reads on purpose: only scenarios that do not
 #: demand a fault-free read-back apply to it.
-_FAULT_TOLERANT = {"exactly_once", "pending_work", "touch_absent"}
+_FAULT_TOLERANT = {"exactly_once", "pending_work", "touch_absent", "drain_idle"}
 _POLL_TIME = {"dict_poll", "slab_file", "lru_bounded", "async_lookup", "partial_faults", "zlib_compressed"}
 _BY_DESIGN: dict[str, dict[str, Scenario]] = {
     "thread_worker": {
@@ -556,6 +645,7 @@ _BY_DESIGN: dict[str, dict[str, Scenario]] = {
         "drain_waits": drain_waits,
         "take_race": take_race,
         "no_hit_mid_store": no_hit_mid_store("before_copy"),
+        "result_before_copy": result_before_copy,
     },
     "file_chunks": {
         "no_hit_mid_store": no_hit_mid_store("mid_write"),

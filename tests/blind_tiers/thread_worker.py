@@ -139,46 +139,54 @@ class ThreadTier:
             if work is None:
                 return
             try:
-                result = self._do_load(work) if work.is_load else self._do_store(work)
+                if work.is_load:
+                    self._do_load(work)
+                else:
+                    self._do_store(work)
             except Exception:  # a hook or a copy failed: the job fails whole
-                result = self._fail(work)
-            self.hooks.fire("before_publish")
-            self._publish(result)
+                self._fail(work)
 
-    def _fail(self, work: _Work) -> TierJobResult:
+    def _fail(self, work: _Work) -> None:
         with self._lock:
             for key, _ in work.copy:
                 if work.is_load:
                     self._pins[key] -= 1
                 else:
                     self._reserved.discard(key)
-        return TierJobResult(work.job_id, False, None)
+            self._publish_locked(TierJobResult(work.job_id, False, None))
 
-    def _do_store(self, work: _Work) -> TierJobResult:
+    def _do_store(self, work: _Work) -> None:
         self.hooks.fire("before_copy")
         copied = {key: self._rows.read(row) for key, row in work.copy}
-        self._commit_store(copied)
-        with self._lock:
-            ok = list(copied) + [k for k in work.skipped if k in self._index]
-        return job_result(work.job_id, work.keys, ok)
+        self.hooks.fire("before_publish")
+        self._commit_store(work, copied)
 
-    def _commit_store(self, copied: dict[OffloadKey, bytes]) -> None:
+    def _commit_store(self, work: _Work, copied: dict[OffloadKey, bytes]) -> None:
+        """Make the copied chunks readable and queue the job's result, in one
+        critical section: a key never reads HIT before its job is done."""
         with self._lock:
             self.hooks.fire("in_commit")
             self._index.update(copied)
             self._reserved.difference_update(copied)
+            self._publish_store_locked(work, copied)
 
-    def _do_load(self, work: _Work) -> TierJobResult:
+    def _publish_store_locked(self, work: _Work, copied: dict[OffloadKey, bytes]) -> None:
+        ok = [k for k in copied if k in self._index]
+        ok += [k for k in work.skipped if k in self._index]
+        self._publish_locked(job_result(work.job_id, work.keys, ok))
+
+    def _do_load(self, work: _Work) -> None:
         ok: list[OffloadKey] = []
         with self._lock:
             found = {key: self._index.get(key) for key, _ in work.copy}
         self._write_rows(work.copy, found, ok)
+        self.hooks.fire("before_publish")
         with self._lock:
             for key, _ in work.copy:
                 self._pins[key] -= 1
                 if self._pins[key] <= 0:
                     del self._pins[key]
-        return job_result(work.job_id, work.keys, ok)
+            self._publish_locked(job_result(work.job_id, work.keys, ok))
 
     def _write_rows(
         self,
@@ -192,11 +200,10 @@ class ThreadTier:
                 self._rows.write(row, data)
                 ok.append(key)
 
-    def _publish(self, result: TierJobResult) -> None:
-        with self._lock:
-            self._results.append(result)
-            self._in_flight -= 1
-            self._idle.notify_all()
+    def _publish_locked(self, result: TierJobResult) -> None:
+        self._results.append(result)
+        self._in_flight -= 1
+        self._idle.notify_all()
 
 
 # ---------------------------------------------------------------------------
@@ -207,13 +214,14 @@ class CopyOnWriteIndexRace(ThreadTier):
     """The worker rebuilds the index copy-on-write outside the lock ("so
     lookups never wait on it"): a key the caller evicts meanwhile comes back."""
 
-    def _commit_store(self, copied: dict[OffloadKey, bytes]) -> None:
+    def _commit_store(self, work: _Work, copied: dict[OffloadKey, bytes]) -> None:
         snapshot = dict(self._index)
         self.hooks.fire("in_commit")
         snapshot.update(copied)
         self._index = snapshot
         with self._lock:
             self._reserved.difference_update(copied)
+            self._publish_store_locked(work, copied)
 
 
 class DrainPollsQueue(ThreadTier):
@@ -235,11 +243,6 @@ class IndexedAtSubmit(ThreadTier):
             for key in list(self._reserved):
                 self._index.setdefault(key, b"")
                 self._reserved.discard(key)
-
-    def _commit_store(self, copied: dict[OffloadKey, bytes]) -> None:
-        with self._lock:
-            self.hooks.fire("in_commit")
-            self._index.update(copied)
 
 
 class LoadZeroFillsPastEnd(ThreadTier):
@@ -271,6 +274,48 @@ class TakesResultsUnlocked(ThreadTier):
         return out
 
 
+class ReportsAtSubmit(ThreadTier):
+    """Reports a store finished as soon as it is queued ("optimistic
+    completion") and copies later: the caller unpins and reuses the primary
+    rows before the worker has read them."""
+
+    def submit_store(self, job: TierJobLike) -> None:
+        super().submit_store(job)
+        with self._lock:
+            self._publish_locked(TierJobResult(job.job_id, True, None))
+            self._in_flight += 1  # the worker's own accounting still runs
+
+    def _publish_store_locked(self, work: _Work, copied: dict[OffloadKey, bytes]) -> None:
+        self._in_flight -= 1
+        self._idle.notify_all()
+
+
+class DrainEventStartsClear(ThreadTier):
+    """Drains by waiting on an "all done" event that is set when the last job
+    finishes, but the event starts clear: ``drain_jobs`` on a tier that never
+    ran a job blocks until some job finishes."""
+
+    def __init__(self, capacity_blocks: int, primary_kv_view: memoryview) -> None:
+        self._all_done = threading.Event()
+        super().__init__(capacity_blocks, primary_kv_view)
+
+    def submit_store(self, job: TierJobLike) -> None:
+        self._all_done.clear()
+        super().submit_store(job)
+
+    def submit_load(self, job: TierJobLike) -> None:
+        self._all_done.clear()
+        super().submit_load(job)
+
+    def _publish_locked(self, result: TierJobResult) -> None:
+        super()._publish_locked(result)
+        if not self._in_flight:
+            self._all_done.set()
+
+    def drain_jobs(self) -> None:
+        self._all_done.wait()
+
+
 def make(capacity_blocks: int, primary_kv_view: memoryview) -> ThreadTier:
     return ThreadTier(capacity_blocks, primary_kv_view)
 
@@ -293,3 +338,11 @@ def make_load_zero_fills_past_end(capacity_blocks: int, primary_kv_view: memoryv
 
 def make_takes_results_unlocked(capacity_blocks: int, primary_kv_view: memoryview) -> ThreadTier:
     return TakesResultsUnlocked(capacity_blocks, primary_kv_view)
+
+
+def make_reports_at_submit(capacity_blocks: int, primary_kv_view: memoryview) -> ThreadTier:
+    return ReportsAtSubmit(capacity_blocks, primary_kv_view)
+
+
+def make_drain_event_starts_clear(capacity_blocks: int, primary_kv_view: memoryview) -> ThreadTier:
+    return DrainEventStartsClear(capacity_blocks, primary_kv_view)
