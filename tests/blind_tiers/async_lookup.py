@@ -108,13 +108,16 @@ class AsyncLookupTier:
     def submit_store(self, job: TierJobLike) -> None:
         pairs = dedup_pairs(job)
         q = _Queued(job.job_id, [k for k, _ in pairs], False, [], [])
+        offered = set(q.keys)  # a job never evicts its own keys
         with self._lock:
             for key, row in pairs:
                 if key in self._data or key in self._reserved:
                     q.skipped.append(key)
                     continue
                 while len(self._data) + len(self._reserved) >= self._capacity:
-                    victim = next((k for k in self._data if not self._pins[k]), None)
+                    victim = next(
+                        (k for k in self._data if not self._pins[k] and k not in offered), None
+                    )
                     if victim is None:
                         break
                     del self._data[victim]

@@ -56,15 +56,15 @@ class DictPollTier:
     def _room_left(self) -> bool:
         return len(self._data) + len(self._reserved) < self._capacity
 
-    def _victim(self) -> OffloadKey | None:
+    def _victim(self, protect: Collection[OffloadKey]) -> OffloadKey | None:
         for key in self._data:
-            if not self._pins[key]:
+            if not self._pins[key] and key not in protect:
                 return key
         return None
 
-    def _make_room(self) -> bool:
+    def _make_room(self, protect: Collection[OffloadKey]) -> bool:
         while not self._room_left():
-            victim = self._victim()
+            victim = self._victim(protect)
             if victim is None:
                 return False
             del self._data[victim]
@@ -73,10 +73,11 @@ class DictPollTier:
     def submit_store(self, job: TierJobLike) -> None:
         pairs = dedup_pairs(job)
         queued = _Queued(job.job_id, [k for k, _ in pairs], False, [], [], [])
+        offered = set(queued.keys)  # a job never evicts its own keys
         for key, row in pairs:
             if key in self._data or key in self._reserved:
                 queued.skipped.append(key)
-            elif self._make_room():
+            elif self._make_room(offered):
                 self._reserved.add(key)
                 queued.copy.append((key, row))
             else:
@@ -206,8 +207,8 @@ class FailedStoreIndexed(DictPollTier):
 class EvictsPinned(DictPollTier):
     """Picks the oldest key as victim even while a queued load pins it."""
 
-    def _victim(self) -> OffloadKey | None:
-        return next(iter(self._data), None)
+    def _victim(self, protect: Collection[OffloadKey]) -> OffloadKey | None:
+        return next((k for k in self._data if k not in protect), None)
 
 
 class PendingIgnoresResults(DictPollTier):

@@ -78,9 +78,9 @@ class FileTier:
         with self._lock:
             return LookupResult.HIT if os.path.exists(self._path(key)) else LookupResult.MISS
 
-    def _victim_locked(self) -> OffloadKey | None:
+    def _victim_locked(self, protect: Collection[OffloadKey]) -> OffloadKey | None:
         for key in self._order:
-            if not self._pins[key]:
+            if not self._pins[key] and key not in protect:
                 return key
         return None
 
@@ -91,9 +91,9 @@ class FileTier:
         except FileNotFoundError:
             pass
 
-    def _reserve_locked(self, key: OffloadKey) -> bool:
+    def _reserve_locked(self, key: OffloadKey, protect: Collection[OffloadKey]) -> bool:
         while len(self._order) + len(self._reserved) >= self._capacity:
-            victim = self._victim_locked()
+            victim = self._victim_locked(protect)
             if victim is None:
                 return False
             self._evict_locked(victim)
@@ -107,7 +107,7 @@ class FileTier:
             for key, row in pairs:
                 if key in self._order or key in self._reserved:
                     work.skipped.append(key)
-                elif self._reserve_locked(key):
+                elif self._reserve_locked(key, work.keys):
                     work.copy.append((key, row))
             self._in_flight += 1
         self._work.put(work)
@@ -299,8 +299,8 @@ class RenamesBeforeWriting(FileTier):
 class EvictsWhileLoading(FileTier):
     """Picks the oldest chunk as victim whether or not a load is reading it."""
 
-    def _victim_locked(self) -> OffloadKey | None:
-        return next(iter(self._order), None)
+    def _victim_locked(self, protect: Collection[OffloadKey]) -> OffloadKey | None:
+        return next((k for k in self._order if k not in protect), None)
 
 
 class RenamesFailedWrite(FileTier):

@@ -61,9 +61,9 @@ class LRUTier:
     def _is_present(self, key: OffloadKey) -> bool:
         return key in self._lru or key in self._reserved
 
-    def _evict_lru(self) -> bool:
+    def _evict_lru(self, protect: Collection[OffloadKey]) -> bool:
         for key in self._lru:
-            if not self._pins[key]:
+            if not self._pins[key] and key not in protect:
                 del self._lru[key]
                 return True
         return False
@@ -71,11 +71,12 @@ class LRUTier:
     def submit_store(self, job: TierJobLike) -> None:
         pairs = dedup_pairs(job)
         q = _Queued(job.job_id, [k for k, _ in pairs], False, [], [])
+        offered = set(q.keys)  # a job never evicts its own keys
         for key, row in pairs:
             if self._is_present(key):
                 q.skipped.append(key)
                 continue
-            while self._held() >= self._capacity and self._evict_lru():
+            while self._held() >= self._capacity and self._evict_lru(offered):
                 pass
             if self._held() < self._capacity:
                 self._reserved.add(key)

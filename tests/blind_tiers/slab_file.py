@@ -67,9 +67,9 @@ class SlabTier:
     def _release(self, slot: int) -> None:
         self._free.append(slot)
 
-    def _evict_one(self) -> bool:
+    def _evict_one(self, protect: Collection[OffloadKey]) -> bool:
         for key in self._slot_of:
-            if not self._pins[key]:
+            if not self._pins[key] and key not in protect:
                 self._release(self._slot_of.pop(key))
                 return True
         return False
@@ -82,12 +82,13 @@ class SlabTier:
         return key in self._slot_of or key in self._pending
 
     def _plan_store(self, pairs: list[tuple[OffloadKey, int]], q: _Queued) -> None:
+        offered = set(q.keys)  # a job never evicts its own keys
         for key, row in pairs:
             if self._is_present(key):
                 q.skipped.append(key)
                 continue
             while self._full():
-                if not self._evict_one():
+                if not self._evict_one(offered):
                     break
             if self._full():
                 continue  # no room: this key fails

@@ -61,15 +61,15 @@ class ThreadTier:
         with self._lock:
             return LookupResult.HIT if key in self._index else LookupResult.MISS
 
-    def _victim_locked(self) -> OffloadKey | None:
+    def _victim_locked(self, protect: Collection[OffloadKey]) -> OffloadKey | None:
         for key in self._index:
-            if not self._pins[key]:
+            if not self._pins[key] and key not in protect:
                 return key
         return None
 
-    def _reserve_locked(self, key: OffloadKey) -> bool:
+    def _reserve_locked(self, key: OffloadKey, protect: Collection[OffloadKey]) -> bool:
         while len(self._index) + len(self._reserved) >= self._capacity:
-            victim = self._victim_locked()
+            victim = self._victim_locked(protect)
             if victim is None:
                 return False
             del self._index[victim]
@@ -86,7 +86,7 @@ class ThreadTier:
             for key, row in pairs:
                 if self._present_locked(key):
                     work.skipped.append(key)
-                elif self._reserve_locked(key):
+                elif self._reserve_locked(key, work.keys):
                     work.copy.append((key, row))
             self._in_flight += 1
         self._work.put(work)

@@ -60,8 +60,8 @@ class ZlibTier:
     def _has_room(self) -> bool:
         return len(self._blobs) + len(self._reserved) < self._capacity
 
-    def _evict_one(self) -> bool:
-        victim = next((k for k in self._blobs if not self._pins[k]), None)
+    def _evict_one(self, protect: Collection[OffloadKey]) -> bool:
+        victim = next((k for k in self._blobs if not self._pins[k] and k not in protect), None)
         if victim is None:
             return False
         del self._blobs[victim]
@@ -70,11 +70,12 @@ class ZlibTier:
     def submit_store(self, job: TierJobLike) -> None:
         pairs = dedup_pairs(job)
         q = _Queued(job.job_id, [k for k, _ in pairs], False, [], [])
+        offered = set(q.keys)  # a job never evicts its own keys
         for key, row in pairs:
             if key in self._blobs or key in self._reserved:
                 q.skipped.append(key)
                 continue
-            while not self._has_room() and self._evict_one():
+            while not self._has_room() and self._evict_one(offered):
                 pass
             if self._has_room():
                 self._reserved.add(key)
