@@ -24,6 +24,7 @@ DESIGNS: dict[str, str] = {
     "async_lookup": "(f) lookups answer RETRY until an index query finishes",
     "partial_faults": "(g) lossy backend: jobs succeed for some keys only",
     "zlib_compressed": "(h) zlib-compressed chunks, raw when incompressible",
+    "events_dict": "(i) the dict tier announcing stored and removed keys as events",
 }
 
 
@@ -104,6 +105,11 @@ ENTRIES: tuple[Entry, ...] = (
     _bad("zlib_compressed", "raw_flag_lost", "incompressible chunks are kept raw but always decompressed on load: they read HIT and never load"),
     _bad("zlib_compressed", "budget_in_bytes", "capacity is a byte budget of compressed sizes: compressible chunks overfill capacity_blocks"),
     _bad("zlib_compressed", "lazy_compression", "a store keeps a view of the primary row instead of a copy: the chunk reads back whatever the row holds later"),
+    _ok("events_dict"),
+    _bad("events_dict", "announces_failed_keys", "announces as stored the keys of a job that found no room and were never stored"),
+    _bad("events_dict", "silent_eviction", "evicts without a removed event: consumers keep the victims"),
+    _bad("events_dict", "announces_at_submit", "announces keys stored when the store is submitted, before they are readable"),
+    _bad("events_dict", "announces_skipped", "announces skipped (already held) keys as stored again: stored twice with no removed between"),
 )
 
 BY_NAME: dict[str, Entry] = {e.name: e for e in ENTRIES}

@@ -542,6 +542,72 @@ def numpy_jobs(factory: TierFactory) -> list[str]:
         return d.violations
 
 
+class EventView:
+    """A consumer of ``take_events``: applies each event, checks that per key
+    they alternate stored, removed, stored... (starting with stored) and that
+    every event carries the same positive ``block_size`` and ``medium``."""
+
+    def __init__(self, d: Driver) -> None:
+        self.d = d
+        self.held: set[OffloadKey] = set()
+        self.shape: tuple[object, object] | None = None
+
+    def take(self, keys: list[OffloadKey], when: str) -> None:
+        for ev in self.d.tier.take_events():
+            keys_, block_size, medium, removed = (
+                getattr(ev, "keys"),
+                getattr(ev, "block_size"),
+                getattr(ev, "medium"),
+                getattr(ev, "removed"),
+            )
+            if not isinstance(block_size, int) or block_size <= 0:
+                self.d.violate(f"{when}: an event's block_size is {block_size!r}")
+            if self.shape is None:
+                self.shape = (block_size, medium)
+            elif self.shape != (block_size, medium):
+                self.d.violate(f"{when}: events disagree on block_size/medium")
+            for k in keys_:
+                if removed and k not in self.held:
+                    self.d.violate(f"{when}: removed event for a key not announced stored")
+                if not removed and k in self.held:
+                    self.d.violate(f"{when}: stored event for a key already announced")
+                (self.held.discard if removed else self.held.add)(k)
+        hits = {k for k in keys if self.d.lookup(k) is HIT}
+        if hits != self.held:
+            self.d.violate(
+                f"{when}: events say {len(self.held)} keys are held, {len(hits)} read HIT"
+                f" ({len(self.held - hits)} announced but MISS, {len(hits - self.held)} HIT"
+                " but not announced)"
+            )
+
+
+def events_track_hits(factory: TierFactory) -> list[str]:
+    """Capacity 2: stores with a skip, an eviction, a pinned key and a store
+    that finds no room; after every call the events taken so far describe
+    exactly the keys that read HIT."""
+    with Driver(factory, capacity=2) as d:
+        a, b, c, e, f = (key(n) for n in "abcef")
+        keys = [a, b, c, e, f]
+        for i, n in enumerate("abcef"):
+            d.fill(i, n)
+        view = EventView(d)
+        d.submit_store([a, b], [0, 1])
+        view.take(keys, "store [A, B] submitted")
+        d.poll()
+        view.take(keys, "store [A, B] done")
+        d.submit_store([a, c], [0, 2])  # A held and skipped, C evicts B
+        view.take(keys, "store [A, C] submitted")
+        d.poll()
+        view.take(keys, "store [A, C] done")
+        d.submit_load([a], [8])  # A pinned until the poll
+        d.submit_store([e], [3])  # evicts C
+        d.submit_store([f], [4])  # A pinned, E reserved: no room
+        view.take(keys, "stores of E and F submitted")
+        d.drain()
+        view.take(keys, "drained")
+        return d.violations
+
+
 # ---------------------------------------------------------------------------
 # Which scenario proves which defect.
 
@@ -584,6 +650,10 @@ SCENARIOS: dict[str, Scenario] = {
     "zlib_compressed.raw_flag_lost": roundtrip,
     "zlib_compressed.budget_in_bytes": capacity(batched=False),
     "zlib_compressed.lazy_compression": row_reuse,
+    "events_dict.announces_failed_keys": events_track_hits,
+    "events_dict.silent_eviction": events_track_hits,
+    "events_dict.announces_at_submit": events_track_hits,
+    "events_dict.announces_skipped": events_track_hits,
 }
 
 DEFECTS = [e for e in ENTRIES if not e.correct]
@@ -638,7 +708,15 @@ _GENERIC: dict[str, Scenario] = {
 #: The lossy backend fails reads on purpose: only scenarios that do not
 #: demand a fault-free read-back apply to it.
 _FAULT_TOLERANT = {"exactly_once", "pending_work", "touch_absent", "drain_idle"}
-_POLL_TIME = {"dict_poll", "slab_file", "lru_bounded", "async_lookup", "partial_faults", "zlib_compressed"}
+_POLL_TIME = {
+    "dict_poll",
+    "slab_file",
+    "lru_bounded",
+    "async_lookup",
+    "partial_faults",
+    "zlib_compressed",
+    "events_dict",
+}
 _BY_DESIGN: dict[str, dict[str, Scenario]] = {
     "thread_worker": {
         "evict_during_commit": evict_during_commit,
@@ -655,6 +733,7 @@ _BY_DESIGN: dict[str, dict[str, Scenario]] = {
     "lru_bounded": {"lru_touch_order": lru_touch_order},
     "async_lookup": {"two_requests_same_key": two_requests_same_key},
     "partial_faults": {"partial": partial},
+    "events_dict": {"events_track_hits": events_track_hits},
 }
 
 
