@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from collections import Counter, deque
 from collections.abc import Collection, Iterable
 
@@ -77,11 +78,15 @@ class AsyncLookupTier:
         with self._lock:
             if tag not in self._answers:
                 self._ask_locked(tag)
-                return LookupResult.RETRY
-            found = self._answers[tag]
-            if found is None:
-                return LookupResult.RETRY
-            return self._answer_locked(tag, found)
+                found = None
+            else:
+                found = self._answers[tag]
+            if found is not None:
+                return self._answer_locked(tag, found)
+        # Not answered yet: give the lookup thread the interpreter for a
+        # moment (never waits), so a caller asking again soon finds it done.
+        time.sleep(0)
+        return LookupResult.RETRY
 
     def _resolve_queries(self) -> None:
         while True:
@@ -168,7 +173,9 @@ class AsyncLookupTier:
         self._run()
 
     def has_pending_work(self) -> bool:
-        return bool(self._queue or self._results)
+        with self._lock:
+            queries = any(found is None for found in self._answers.values())
+        return bool(self._queue or self._results or queries)
 
     def touch(self, keys: Collection[OffloadKey], req_context: ReqContext) -> None:
         return None
