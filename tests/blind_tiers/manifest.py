@@ -114,6 +114,9 @@ ENTRIES: tuple[Entry, ...] = (
 
 BY_NAME: dict[str, Entry] = {e.name: e for e in ENTRIES}
 
+#: The same, as plain dicts (name, factory, design, correct, defect, kit_visible).
+MANIFEST: list[dict[str, object]] = [attrs.asdict(e) for e in ENTRIES]
+
 
 def correct_entry(design: str) -> Entry:
     """The correct tier of ``design``."""

@@ -668,6 +668,9 @@ def test_manifest_is_complete() -> None:
     assert {e.name for e in DEFECTS} == set(SCENARIOS)
     for entry in DEFECTS:
         assert entry.defect
+    for entry in ENTRIES:
+        assert entry.factory.startswith(f"tests.blind_tiers.{entry.design}.")
+        assert callable(entry.load())
 
 
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
