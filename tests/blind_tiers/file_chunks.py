@@ -332,6 +332,17 @@ class FileNameIgnoresGroup(FileTier):
         return os.path.join(self.root, get_offload_block_hash(key).hex())
 
 
+class ShutdownKeepsDirectory(FileTier):
+    """``shutdown`` stops the I/O threads but leaves the chunk files and their
+    temporary directory behind."""
+
+    def shutdown(self) -> None:
+        for _ in self._threads:
+            self._work.put(None)
+        for thread in self._threads:
+            thread.join(timeout=10.0)
+
+
 def make(capacity_blocks: int, primary_kv_view: memoryview) -> FileTier:
     return FileTier(capacity_blocks, primary_kv_view)
 
@@ -354,3 +365,7 @@ def make_renames_failed_write(capacity_blocks: int, primary_kv_view: memoryview)
 
 def make_file_name_ignores_group(capacity_blocks: int, primary_kv_view: memoryview) -> FileTier:
     return FileNameIgnoresGroup(capacity_blocks, primary_kv_view)
+
+
+def make_shutdown_keeps_directory(capacity_blocks: int, primary_kv_view: memoryview) -> FileTier:
+    return ShutdownKeepsDirectory(capacity_blocks, primary_kv_view)

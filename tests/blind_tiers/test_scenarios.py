@@ -13,6 +13,9 @@ gets to show whether it is blocked).
 from __future__ import annotations
 
 import hashlib
+import os
+import tempfile
+import threading
 import time
 from collections.abc import Callable
 
@@ -542,6 +545,52 @@ def numpy_jobs(factory: TierFactory) -> list[str]:
         return d.violations
 
 
+def shutdown_waits(factory: TierFactory) -> list[str]:
+    """A store paused in the worker, then ``shutdown`` (helper thread): it
+    may not return while a thread of the tier still runs the job."""
+    before = set(threading.enumerate())
+    d = Driver(factory, capacity=2)
+    try:
+        d.fill(0, "a")
+        gate = d.gate("before_copy")
+        d.submit_store([key("a")], [0])
+        if not gate.reached.wait(5.0):
+            d.violate("the worker never picked the job")
+        helper = threading.Thread(target=d.tier.shutdown, daemon=True)
+        helper.start()
+        helper.join(GRACE_S)
+        if not helper.is_alive():
+            d.violate("shutdown returned while the tier's thread was still running a job")
+        gate.go.set()
+        helper.join(5.0)
+    finally:
+        for gate_ in d._gates:
+            gate_.go.set()
+        d.tier.shutdown()
+        for thread in set(threading.enumerate()) - before:
+            if thread is not threading.current_thread():
+                thread.join(5.0)  # a leaked tier thread exits once its job is done
+    return d.violations
+
+
+def shutdown_cleans_files(factory: TierFactory) -> list[str]:
+    """Temporary files go under a fresh directory during the tier's life
+    (``tempfile.tempdir``): after a store and ``shutdown`` nothing is left."""
+    with tempfile.TemporaryDirectory() as root:
+        saved = tempfile.tempdir
+        tempfile.tempdir = root
+        try:
+            with Driver(factory, capacity=2) as d:
+                d.fill(0, "a")
+                d.store([key("a")], [0])
+        finally:
+            tempfile.tempdir = saved
+        left = os.listdir(root)
+        if left:
+            d.violate(f"shutdown left {len(left)} entries in the temporary directory")
+        return d.violations
+
+
 class EventView:
     """A consumer of ``take_events``: applies each event, checks that per key
     they alternate stored, removed, stored... (starting with stored) and that
@@ -623,6 +672,8 @@ SCENARIOS: dict[str, Scenario] = {
     "thread_worker.drain_event_starts_clear": drain_idle,
     "file_chunks.file_name_ignores_group": group_keys,
     "slab_file.sorted_reads_permute_rows": load_order,
+    "thread_worker.shutdown_without_join": shutdown_waits,
+    "file_chunks.shutdown_keeps_directory": shutdown_cleans_files,
     "thread_worker.copy_on_write_index_race": evict_during_commit,
     "thread_worker.drain_polls_queue": drain_waits,
     "thread_worker.indexed_at_submit": no_hit_mid_store("before_copy"),
@@ -707,10 +758,17 @@ _GENERIC: dict[str, Scenario] = {
     "group_keys": group_keys,
     "load_order": load_order,
     "numpy_jobs": numpy_jobs,
+    "shutdown_cleans_files": shutdown_cleans_files,
 }
 #: The lossy backend fails reads on purpose: only scenarios that do not
 #: demand a fault-free read-back apply to it.
-_FAULT_TOLERANT = {"exactly_once", "pending_work", "touch_absent", "drain_idle"}
+_FAULT_TOLERANT = {
+    "exactly_once",
+    "pending_work",
+    "touch_absent",
+    "drain_idle",
+    "shutdown_cleans_files",
+}
 _POLL_TIME = {
     "dict_poll",
     "slab_file",
@@ -727,11 +785,13 @@ _BY_DESIGN: dict[str, dict[str, Scenario]] = {
         "take_race": take_race,
         "no_hit_mid_store": no_hit_mid_store("before_copy"),
         "result_before_copy": result_before_copy,
+        "shutdown_waits": shutdown_waits,
     },
     "file_chunks": {
         "no_hit_mid_store": no_hit_mid_store("mid_write"),
         "load_pins_paused": load_pins("before_read"),
         "write_error_not_hit": write_error_not_hit,
+        "shutdown_cleans_files": shutdown_cleans_files,
     },
     "lru_bounded": {"lru_touch_order": lru_touch_order},
     "async_lookup": {"two_requests_same_key": two_requests_same_key},

@@ -316,6 +316,15 @@ class DrainEventStartsClear(ThreadTier):
         self._all_done.wait()
 
 
+class ShutdownWithoutJoin(ThreadTier):
+    """``shutdown`` posts the stop sentinel and returns: the worker is still
+    running (and still writing primary rows) after the tier said it let go."""
+
+    def shutdown(self) -> None:
+        if self._worker.is_alive():
+            self._work.put(None)
+
+
 def make(capacity_blocks: int, primary_kv_view: memoryview) -> ThreadTier:
     return ThreadTier(capacity_blocks, primary_kv_view)
 
@@ -346,3 +355,7 @@ def make_reports_at_submit(capacity_blocks: int, primary_kv_view: memoryview) ->
 
 def make_drain_event_starts_clear(capacity_blocks: int, primary_kv_view: memoryview) -> ThreadTier:
     return DrainEventStartsClear(capacity_blocks, primary_kv_view)
+
+
+def make_shutdown_without_join(capacity_blocks: int, primary_kv_view: memoryview) -> ThreadTier:
+    return ShutdownWithoutJoin(capacity_blocks, primary_kv_view)
