@@ -47,6 +47,7 @@ class _Work:
     is_load: bool
     copy: list[tuple[OffloadKey, int]]
     skipped: list[OffloadKey]
+    after: set[int] = attrs.Factory(set)  # in-flight stores carrying skipped keys
 
 
 class FileTier:
@@ -58,6 +59,8 @@ class FileTier:
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
         self._order: OrderedDict[OffloadKey, None] = OrderedDict()  # files in place
+        self._reserver: dict[OffloadKey, int] = {}  # reserved key -> its store job
+        self._running_stores: set[int] = set()
         self._reserved: set[OffloadKey] = set()
         self._pins: Counter[OffloadKey] = Counter()
         self._results: list[TierJobResult] = []
@@ -107,8 +110,12 @@ class FileTier:
             for key, row in pairs:
                 if key in self._order or key in self._reserved:
                     work.skipped.append(key)
+                    if key in self._reserver:
+                        work.after.add(self._reserver[key])
                 elif self._reserve_locked(key, work.keys):
+                    self._reserver[key] = work.job_id
                     work.copy.append((key, row))
+            self._running_stores.add(work.job_id)
             self._in_flight += 1
         self._work.put(work)
 
@@ -211,6 +218,11 @@ class FileTier:
     def _do_store(self, work: _Work) -> None:
         written = [key for key, row in work.copy if self._write_tmp(key, row)]
         with self._lock:
+            # A skipped key still in flight in an earlier job: its fate is
+            # that job's, so report after it (the two I/O threads may finish
+            # out of order). Earlier jobs never wait on later ones.
+            while work.after & self._running_stores:
+                self._idle.wait(timeout=1.0)
             # The job's chunks become readable together with its result.
             ok: list[OffloadKey] = []
             for key in written:
@@ -244,6 +256,10 @@ class FileTier:
             self._publish_locked(job_result(work.job_id, work.keys, ok))
 
     def _publish_locked(self, result: TierJobResult) -> None:
+        if result.job_id in self._running_stores:
+            self._running_stores.discard(result.job_id)
+            for key in [k for k, j in self._reserver.items() if j == result.job_id]:
+                del self._reserver[key]
         self._results.append(result)
         self._in_flight -= 1
         self._idle.notify_all()
@@ -343,6 +359,16 @@ class ShutdownKeepsDirectory(FileTier):
             thread.join(timeout=10.0)
 
 
+class SkippedKeyReportedEarly(FileTier):
+    """A job that skipped a key still in flight in an earlier job reports
+    without waiting for it: with two I/O threads it may report the key
+    failed, and the key then reads HIT when the earlier job finishes."""
+
+    def _do_store(self, work: _Work) -> None:
+        work.after.clear()
+        super()._do_store(work)
+
+
 def make(capacity_blocks: int, primary_kv_view: memoryview) -> FileTier:
     return FileTier(capacity_blocks, primary_kv_view)
 
@@ -369,3 +395,9 @@ def make_file_name_ignores_group(capacity_blocks: int, primary_kv_view: memoryvi
 
 def make_shutdown_keeps_directory(capacity_blocks: int, primary_kv_view: memoryview) -> FileTier:
     return ShutdownKeepsDirectory(capacity_blocks, primary_kv_view)
+
+
+def make_skipped_key_reported_early(
+    capacity_blocks: int, primary_kv_view: memoryview
+) -> FileTier:
+    return SkippedKeyReportedEarly(capacity_blocks, primary_kv_view)

@@ -83,6 +83,7 @@ ENTRIES: tuple[Entry, ...] = (
     _bad("file_chunks", "renames_failed_write", "renames the temporary file in a finally: a failed write is put in place and reads HIT"),
     _bad("file_chunks", "file_name_ignores_group", "files are named by block hash without the KV-group index: two groups of one block share a file"),
     _bad("file_chunks", "shutdown_keeps_directory", "shutdown stops the threads but leaves the chunk files and the temporary directory behind"),
+    _bad("file_chunks", "skipped_key_reported_early", "a job skipping a key in flight in an earlier job reports it failed before that job stores it (the key then reads HIT)"),
     _ok("slab_file"),
     _bad("slab_file", "bump_allocator", "the allocator hands out slot 'number of chunks held', a slot still in use after an eviction (double allocation)"),
     _bad("slab_file", "refreshes_present_key", "a store of a key already held rewrites its slot from the new row instead of skipping it"),

@@ -591,6 +591,37 @@ def shutdown_cleans_files(factory: TierFactory) -> list[str]:
         return d.violations
 
 
+def double_offer(pause: str | None) -> Scenario:
+    """A offered by two stores in flight at once (the first paused at
+    ``pause`` in a threaded tier): in the end A reads HIT with its bytes,
+    and no job reported it failed."""
+
+    def scenario(factory: TierFactory) -> list[str]:
+        with Driver(factory, capacity=2) as d:
+            a = key("a")
+            pa = d.fill(0, "a")
+            d.fill(1, "a")
+            gate = d.gate(pause) if pause else None
+            first = d.submit_store([a], [0])
+            if gate is not None and not gate.reached.wait(5.0):
+                d.violate("the first store never started")
+            second = d.submit_store([a], [1])
+            if gate is not None:
+                time.sleep(GRACE_S)  # the second job may finish first, if it does not wait
+                d.poll()
+                gate.go.set()
+            d.drain()
+            if d.lookup(a) is not HIT:
+                d.violate("a key stored twice does not read HIT")
+            for job in (first, second):
+                if a not in d.ok_keys(job):
+                    d.violate(f"job {job} reported A failed, yet A was stored")
+            d.verify({a: pa}, scratch=10)
+            return d.violations
+
+    return scenario
+
+
 class EventView:
     """A consumer of ``take_events``: applies each event, checks that per key
     they alternate stored, removed, stored... (starting with stored) and that
@@ -674,6 +705,7 @@ SCENARIOS: dict[str, Scenario] = {
     "slab_file.sorted_reads_permute_rows": load_order,
     "thread_worker.shutdown_without_join": shutdown_waits,
     "file_chunks.shutdown_keeps_directory": shutdown_cleans_files,
+    "file_chunks.skipped_key_reported_early": double_offer("before_write"),
     "thread_worker.copy_on_write_index_race": evict_during_commit,
     "thread_worker.drain_polls_queue": drain_waits,
     "thread_worker.indexed_at_submit": no_hit_mid_store("before_copy"),
@@ -759,6 +791,7 @@ _GENERIC: dict[str, Scenario] = {
     "load_order": load_order,
     "numpy_jobs": numpy_jobs,
     "shutdown_cleans_files": shutdown_cleans_files,
+    "double_offer": double_offer(None),
 }
 #: The lossy backend fails reads on purpose: only scenarios that do not
 #: demand a fault-free read-back apply to it.
@@ -792,6 +825,7 @@ _BY_DESIGN: dict[str, dict[str, Scenario]] = {
         "load_pins_paused": load_pins("before_read"),
         "write_error_not_hit": write_error_not_hit,
         "shutdown_cleans_files": shutdown_cleans_files,
+        "double_offer_paused": double_offer("before_write"),
     },
     "lru_bounded": {"lru_touch_order": lru_touch_order},
     "async_lookup": {"two_requests_same_key": two_requests_same_key},
