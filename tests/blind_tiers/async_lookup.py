@@ -173,9 +173,8 @@ class AsyncLookupTier:
         self._run()
 
     def has_pending_work(self) -> bool:
-        with self._lock:
-            queries = any(found is None for found in self._answers.values())
-        return bool(self._queue or self._results or queries)
+        # Jobs only, as the contract defines it; lookup queries are not work.
+        return bool(self._queue or self._results)
 
     def touch(self, keys: Collection[OffloadKey], req_context: ReqContext) -> None:
         return None

@@ -141,6 +141,8 @@ def pending_work(factory: TierFactory) -> list[str]:
         if not d.tier.has_pending_work():
             d.violate("has_pending_work is False with a result not yet taken")
         d.poll()
+        if d.tier.has_pending_work():
+            d.violate("has_pending_work is True with nothing in flight and every result taken")
         return d.violations
 
 
