@@ -4,7 +4,9 @@ correct; a defective entry says its one defect in a line.
 Each factory is ``make(capacity_blocks, primary_kv_view)`` at the dotted path
 ``tests.blind_tiers.<module>.<function>``. ``kit_visible`` is False for a
 defect that only breaks the design's own declared policy (LRU order), not
-the tier contract itself.
+the tier contract itself. ``policy`` names the replacement policy a design
+declares (``"lru"`` for design (e), the only one that promises an order;
+None where the victim choice is the tier's own business).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ class Entry:
     correct: bool
     defect: str | None = None
     kit_visible: bool = True
+    policy: str | None = None
 
     def load(self) -> TierFactory:
         module, _, attr = self.factory.rpartition(".")
@@ -43,8 +46,17 @@ class Entry:
         return fn
 
 
+_POLICIES = {"lru_bounded": "lru"}
+
+
 def _ok(design: str) -> Entry:
-    return Entry(f"{design}.correct", f"tests.blind_tiers.{design}.make", design, True)
+    return Entry(
+        f"{design}.correct",
+        f"tests.blind_tiers.{design}.make",
+        design,
+        True,
+        policy=_POLICIES.get(design),
+    )
 
 
 def _bad(design: str, short: str, defect: str, kit_visible: bool = True) -> Entry:
@@ -55,6 +67,7 @@ def _bad(design: str, short: str, defect: str, kit_visible: bool = True) -> Entr
         False,
         defect,
         kit_visible,
+        _POLICIES.get(design),
     )
 
 
@@ -117,7 +130,8 @@ ENTRIES: tuple[Entry, ...] = (
 
 BY_NAME: dict[str, Entry] = {e.name: e for e in ENTRIES}
 
-#: The same, as plain dicts (name, factory, design, correct, defect, kit_visible).
+#: The same, as plain dicts (name, factory, design, correct, defect, kit_visible,
+#: policy).
 MANIFEST: list[dict[str, object]] = [attrs.asdict(e) for e in ENTRIES]
 
 
