@@ -89,6 +89,7 @@ ENTRIES: tuple[Entry, ...] = (
     _bad("thread_worker", "reports_at_submit", "a store is reported finished when queued, before the worker copied the (then unpinned, reused) primary rows"),
     _bad("thread_worker", "drain_event_starts_clear", "drain_jobs waits on an 'all done' event that starts clear: on a tier that never ran a job it blocks"),
     _bad("thread_worker", "shutdown_without_join", "shutdown posts the stop sentinel and returns while the worker still runs a job"),
+    _bad("thread_worker", "load_reports_before_copy", "a load is reported finished (keys unpinned) before the worker writes its primary rows"),
     _ok("file_chunks"),
     _bad("file_chunks", "writes_in_place", "writes straight to the final file name: a half-written chunk reads HIT and loads torn"),
     _bad("file_chunks", "renames_before_writing", "renames the temporary file into place before writing it: the final file exists short while the write goes on"),

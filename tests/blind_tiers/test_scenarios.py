@@ -489,6 +489,28 @@ def result_before_copy(factory: TierFactory) -> list[str]:
         return d.violations
 
 
+def load_result_before_rows(factory: TierFactory) -> list[str]:
+    """A load paused in the worker at ``before_publish``: if its result is
+    already out, its row must already hold the key's bytes (the caller reads
+    the row as soon as it sees the result)."""
+    with Driver(factory, capacity=2) as d:
+        a = key("a")
+        pa = d.fill(0, "a")
+        d.store([a], [0])
+        gate = d.gate("before_publish")
+        job = d.submit_load([a], [6])
+        if not gate.reached.wait(5.0):
+            d.violate("the worker never ran the load")
+        d.poll()
+        if job in d.results and a in d.ok_keys(job) and d.row(6) != pa:
+            d.violate("a load was reported finished before its row was written")
+        gate.go.set()
+        d.wait(job)
+        if a not in d.ok_keys(job) or d.row(6) != pa:
+            d.violate("the load of a held key did not deliver its bytes")
+        return d.violations
+
+
 def drain_idle(factory: TierFactory) -> list[str]:
     """``drain_jobs`` on a tier that never ran a job returns at once."""
     with Driver(factory, capacity=2) as d:
@@ -706,6 +728,7 @@ SCENARIOS: dict[str, Scenario] = {
     "file_chunks.file_name_ignores_group": group_keys,
     "slab_file.sorted_reads_permute_rows": load_order,
     "thread_worker.shutdown_without_join": shutdown_waits,
+    "thread_worker.load_reports_before_copy": load_result_before_rows,
     "file_chunks.shutdown_keeps_directory": shutdown_cleans_files,
     "file_chunks.skipped_key_reported_early": double_offer("before_write"),
     "thread_worker.copy_on_write_index_race": evict_during_commit,
@@ -821,6 +844,7 @@ _BY_DESIGN: dict[str, dict[str, Scenario]] = {
         "no_hit_mid_store": no_hit_mid_store("before_copy"),
         "result_before_copy": result_before_copy,
         "shutdown_waits": shutdown_waits,
+        "load_result_before_rows": load_result_before_rows,
     },
     "file_chunks": {
         "no_hit_mid_store": no_hit_mid_store("mid_write"),

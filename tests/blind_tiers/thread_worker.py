@@ -325,6 +325,22 @@ class ShutdownWithoutJoin(ThreadTier):
             self._work.put(None)
 
 
+class LoadReportsBeforeCopy(ThreadTier):
+    """Reports a load finished (and unpins its keys) before writing the
+    primary rows ("the copy cannot fail now"): the caller reads rows that
+    are not written yet."""
+
+    def _do_load(self, work: _Work) -> None:
+        with self._lock:
+            found = {key: self._index.get(key) for key, _ in work.copy}
+            ok = [key for key, _ in work.copy if found[key] is not None]
+            for key, _ in work.copy:
+                self._pins[key] -= 1
+            self._publish_locked(job_result(work.job_id, work.keys, ok))
+        self.hooks.fire("before_publish")
+        self._write_rows(work.copy, found, [])
+
+
 def make(capacity_blocks: int, primary_kv_view: memoryview) -> ThreadTier:
     return ThreadTier(capacity_blocks, primary_kv_view)
 
@@ -359,3 +375,7 @@ def make_drain_event_starts_clear(capacity_blocks: int, primary_kv_view: memoryv
 
 def make_shutdown_without_join(capacity_blocks: int, primary_kv_view: memoryview) -> ThreadTier:
     return ShutdownWithoutJoin(capacity_blocks, primary_kv_view)
+
+
+def make_load_reports_before_copy(capacity_blocks: int, primary_kv_view: memoryview) -> ThreadTier:
+    return LoadReportsBeforeCopy(capacity_blocks, primary_kv_view)
