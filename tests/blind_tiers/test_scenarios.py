@@ -6,8 +6,9 @@ A scenario is a function ``(factory) -> violations``; the tests assert it
 finds nothing on the correct tier and something on the defective one.
 Thread interleavings are forced with one-shot gates on the tiers' hook
 points, so every scenario is deterministic; the only waits are bounded
-(``Driver.wait``, a gate's timeout, and a 0.3-0.5 s grace a helper thread
-gets to show whether it is blocked).
+(``Driver.wait``, a gate's timeout, the 1 s bound on RETRY, and a 0.4 s
+grace in which a helper thread shows whether it is blocked or a worker gets
+to publish).
 """
 
 from __future__ import annotations
