@@ -257,3 +257,42 @@ class Driver:
         for k in hits:
             self.read_back(k, expected[k], scratch, f"key {k.hex()[:8]}")
         return hits
+
+
+class EventView:
+    """A consumer of ``take_events``: applies each event, checks that per key
+    they alternate stored, removed, stored... (starting with stored) and that
+    every event carries the same positive ``block_size`` and ``medium``."""
+
+    def __init__(self, d: Driver) -> None:
+        self.d = d
+        self.held: set[OffloadKey] = set()
+        self.shape: tuple[object, object] | None = None
+
+    def take(self, keys: list[OffloadKey], when: str) -> None:
+        for ev in self.d.tier.take_events():
+            keys_, block_size, medium, removed = (
+                getattr(ev, "keys"),
+                getattr(ev, "block_size"),
+                getattr(ev, "medium"),
+                getattr(ev, "removed"),
+            )
+            if not isinstance(block_size, int) or block_size <= 0:
+                self.d.violate(f"{when}: an event's block_size is {block_size!r}")
+            if self.shape is None:
+                self.shape = (block_size, medium)
+            elif self.shape != (block_size, medium):
+                self.d.violate(f"{when}: events disagree on block_size/medium")
+            for k in keys_:
+                if removed and k not in self.held:
+                    self.d.violate(f"{when}: removed event for a key not announced stored")
+                if not removed and k in self.held:
+                    self.d.violate(f"{when}: stored event for a key already announced")
+                (self.held.discard if removed else self.held.add)(k)
+        hits = {k for k in keys if self.d.lookup(k) is LookupResult.HIT}
+        if hits != self.held:
+            self.d.violate(
+                f"{when}: events say {len(self.held)} keys are held, {len(hits)} read HIT"
+                f" ({len(self.held - hits)} announced but MISS, {len(hits - self.held)} HIT"
+                " but not announced)"
+            )

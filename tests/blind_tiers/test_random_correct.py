@@ -2,8 +2,11 @@
 correct tier: keys are content-addressed (a key's bytes are a function of
 the key), so at any time every HIT key must load back its own bytes, no more
 keys HIT than the capacity, every job is reported exactly once, and a load
-of a key that read HIT succeeds (the lossy design excepted). A check that
-the correct tiers are correct beyond the hand-written scenarios."""
+of a key that read HIT succeeds (the lossy design excepted), a key a store
+reports failed reads MISS unless another store of it is in flight, after a
+drain with every result taken nothing is pending, and a tier's events (where
+it emits any) describe exactly the keys that read HIT. A check that the
+correct tiers are correct beyond the hand-written scenarios."""
 
 from __future__ import annotations
 
@@ -13,7 +16,7 @@ import pytest
 
 from kvoffload.spec.contract import LookupResult
 from kvoffload.spec.keys import OffloadKey
-from tests.blind_tiers._driver import ROWS, Driver, key, pattern
+from tests.blind_tiers._driver import ROWS, Driver, EventView, key, pattern
 from tests.blind_tiers.manifest import DESIGNS, correct_entry
 
 SEEDS = range(12)
@@ -33,6 +36,7 @@ def _run(design: str, seed: int) -> list[str]:
         free_rows = list(range(ROWS))
         rows_of: dict[int, list[int]] = {}  # job -> primary rows it holds
         settled: set[int] = set()
+        events = EventView(d)
 
         def settle() -> None:
             for job_id in list(rows_of):
@@ -47,6 +51,21 @@ def _run(design: str, seed: int) -> list[str]:
                             d.violate(f"seed {seed}: a loaded row holds other bytes")
                     if not lossy and ok != set(job.keys):
                         d.violate(f"seed {seed}: a load of keys that read HIT failed")
+                else:
+                    ok = d.ok_keys(job_id)
+                    # Keys another store may have made readable since: one
+                    # not reported yet, or one submitted after this job.
+                    others = {
+                        k
+                        for other, o_job in d.jobs.items()
+                        if other != job_id
+                        and not o_job.is_promotion
+                        and (other not in d.results or other > job_id)
+                        for k in o_job.keys
+                    }
+                    for k in set(job.keys) - ok - others:
+                        if d.lookup(k) is LookupResult.HIT:
+                            d.violate(f"seed {seed}: a key its store reported failed reads HIT")
                 free_rows.extend(rows_of.pop(job_id))
 
         for _ in range(STEPS):
@@ -69,9 +88,14 @@ def _run(design: str, seed: int) -> list[str]:
                 d.poll()
             elif op < 0.9:
                 d.drain()
+                settle()
+                if d.tier.has_pending_work():
+                    d.violate(f"seed {seed}: pending work after a drain and every result taken")
             else:
                 d.tier.touch(rng.sample(POOL, 2), d.ctx)
             settle()
+            if design == "events_dict":  # the one design that emits events
+                events.take(POOL, f"seed {seed}")
             held = sum(1 for k in POOL if d.lookup(k) is LookupResult.HIT)
             if held > capacity:
                 d.violate(f"seed {seed}: {held} keys HIT in a tier of capacity {capacity}")

@@ -25,7 +25,7 @@ import pytest
 from kvoffload.spec.contract import LookupResult, ReqContext
 from kvoffload.spec.keys import OffloadKey, make_offload_key
 from tests.blind_tiers._common import TierFactory
-from tests.blind_tiers._driver import Driver, key
+from tests.blind_tiers._driver import Driver, EventView, key
 from tests.blind_tiers.manifest import BY_NAME, DESIGNS, ENTRIES, correct_entry
 
 Scenario = Callable[[TierFactory], list[str]]
@@ -645,45 +645,6 @@ def double_offer(pause: str | None) -> Scenario:
             return d.violations
 
     return scenario
-
-
-class EventView:
-    """A consumer of ``take_events``: applies each event, checks that per key
-    they alternate stored, removed, stored... (starting with stored) and that
-    every event carries the same positive ``block_size`` and ``medium``."""
-
-    def __init__(self, d: Driver) -> None:
-        self.d = d
-        self.held: set[OffloadKey] = set()
-        self.shape: tuple[object, object] | None = None
-
-    def take(self, keys: list[OffloadKey], when: str) -> None:
-        for ev in self.d.tier.take_events():
-            keys_, block_size, medium, removed = (
-                getattr(ev, "keys"),
-                getattr(ev, "block_size"),
-                getattr(ev, "medium"),
-                getattr(ev, "removed"),
-            )
-            if not isinstance(block_size, int) or block_size <= 0:
-                self.d.violate(f"{when}: an event's block_size is {block_size!r}")
-            if self.shape is None:
-                self.shape = (block_size, medium)
-            elif self.shape != (block_size, medium):
-                self.d.violate(f"{when}: events disagree on block_size/medium")
-            for k in keys_:
-                if removed and k not in self.held:
-                    self.d.violate(f"{when}: removed event for a key not announced stored")
-                if not removed and k in self.held:
-                    self.d.violate(f"{when}: stored event for a key already announced")
-                (self.held.discard if removed else self.held.add)(k)
-        hits = {k for k in keys if self.d.lookup(k) is HIT}
-        if hits != self.held:
-            self.d.violate(
-                f"{when}: events say {len(self.held)} keys are held, {len(hits)} read HIT"
-                f" ({len(self.held - hits)} announced but MISS, {len(hits - self.held)} HIT"
-                " but not announced)"
-            )
 
 
 def events_track_hits(factory: TierFactory) -> list[str]:
