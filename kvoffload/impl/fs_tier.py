@@ -4,40 +4,42 @@ It speaks the secondary-tier contract (:mod:`kvoffload.spec.tier_contract`,
 vLLM 0.33's ``SecondaryTierManager`` shape). One chunk, one file::
 
     DIRECTORY/
-      kvoffload-tier.json        manifest: format version, chunk size in bytes
-      .lock                      held (flock) while a tier has the directory open
-      chunks/<hh>/<key hex>.<serial hex>.kvc      a complete chunk
-      chunks/<hh>/<key hex>.<serial hex>.tmp      a chunk being written
+      kvoffload-tier.json   manifest: format version, chunk size in bytes
+      .lock                 held (flock) while a tier has the directory open
+      chunks/<hh>/<key hex>.<serial hex>.<crc hex>.kvc   a complete chunk
+      chunks/<hh>/<key hex>.<serial hex>.tmp             a chunk being written
 
-``<hh>`` is the first two hex digits of the key (256 shards). A chunk file is
-the chunk's bytes followed by a 24-byte trailer (magic, payload length,
-CRC-32 of the payload, flags). It is written under its ``.tmp`` name and
+``<hh>`` is the first two hex digits of the key (256 shards). A chunk file
+holds exactly the chunk's bytes; its name carries the CRC-32 of those bytes
+(``n`` when checksums are off). It is written under its ``.tmp`` name and
 renamed to ``.kvc`` when complete, so a crash mid-write leaves only a temp
 file (removed when the directory is opened again), never a readable torn
-chunk. A load reads the payload straight into the primary slot and checks the
-file's length, the trailer and (by default) the checksum: a truncated or
-corrupt file is a failed load, never wrong bytes, and the file is dropped.
+chunk. A load reads the file straight into the primary slot and checks its
+length and (by default) its checksum: a truncated or corrupt file is a failed
+load, never wrong bytes, and the file is dropped.
 
 The serial in the name (one counter per directory, never reused) makes every
 store of a key a distinct file: removing an evicted chunk can never race with
 a later store of the same key, and when a crash left two files for one key
 the newest wins on reopen.
 
-Scheduler-side calls run on the caller's thread and only queue work; copies
-and file I/O run on a small pool of threads. One lock guards the index, the
-queues and the results: callers never enter concurrently, but completions
-arrive from pool threads.
+Scheduler-side calls run on the caller's thread and only queue work; copies,
+checksums and file I/O run on a small pool of threads, with ``O_DIRECT``
+where the file system, the chunk size and the primary buffer's alignment
+allow it. One lock guards the index, the queues and the results: callers
+never enter concurrently, but completions arrive from pool threads.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import enum
 import fcntl
 import json
 import logging
+import mmap
 import os
-import struct
 import threading
 import zlib
 from collections import deque
@@ -67,7 +69,7 @@ __all__ = [
     "MANIFEST_NAME",
     "MAX_KEY_BYTES",
     "TEMP_SUFFIX",
-    "TRAILER_BYTES",
+    "NO_CHECKSUM",
     "FileSystemTier",
     "FsyncPolicy",
 ]
@@ -86,11 +88,11 @@ FORMAT_VERSION = 1
 MAX_KEY_BYTES = 100
 """The longest key a tier stores (its hex name must fit a file name)."""
 
-_MAGIC = b"KVOFFCK1"
-_TRAILER = struct.Struct("<8sQII")  # magic, payload length, crc32, flags
-TRAILER_BYTES = _TRAILER.size
-"""Bytes after the payload in every chunk file."""
-_FLAG_CRC = 1
+NO_CHECKSUM = "n"
+"""The checksum field of a chunk written without one."""
+DIRECT_ALIGNMENT = 4096
+"""Alignment ``O_DIRECT`` needs of buffers, sizes and offsets (bytes)."""
+_O_DIRECT: int = getattr(os, "O_DIRECT", 0)
 
 
 class FsyncPolicy(enum.Enum):
@@ -126,14 +128,15 @@ def _advance(buffers: list[memoryview], done: int) -> list[memoryview]:
 
 
 def _write_chunk(
-    temp_path: str, final_path: str, buffers: list[memoryview], fsync: FsyncPolicy
+    temp_path: str, final_path: str, payload: memoryview, fsync: FsyncPolicy, direct: bool
 ) -> None:
-    """Write ``buffers`` to ``temp_path`` and rename it to ``final_path``;
+    """Write ``payload`` to ``temp_path`` and rename it to ``final_path``;
     raises OSError (and leaves no temp file) on failure."""
-    fd = os.open(temp_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | (_O_DIRECT if direct else 0)
+    fd = os.open(temp_path, flags, 0o644)
     try:
         try:
-            remaining = buffers
+            remaining = [payload]
             while remaining:
                 written = os.writev(fd, remaining)
                 if written <= 0:
@@ -156,23 +159,52 @@ def _write_chunk(
             os.close(dir_fd)
 
 
-def _read_chunk(path: str, payload: memoryview, trailer: memoryview) -> int:
-    """Read ``path`` into ``payload`` then ``trailer``; the number of bytes
-    the file holds up to one past both (so a longer file shows)."""
-    extra = memoryview(bytearray(1))
-    fd = os.open(path, os.O_RDONLY)
+def _read_chunk(path: str, payload: memoryview, direct: bool) -> int:
+    """Read ``path`` into ``payload`` when it holds exactly ``len(payload)``
+    bytes; returns the file's size (the caller checks it)."""
+    fd = os.open(path, os.O_RDONLY | (_O_DIRECT if direct else 0))
     try:
-        total = 0
-        remaining = [payload, trailer, extra]
+        size = os.fstat(fd).st_size
+        if size != len(payload):
+            return size
+        got, remaining = 0, [payload]
         while remaining:
-            got = os.readv(fd, remaining)
-            if got == 0:
+            count = os.readv(fd, remaining)
+            if count == 0:
                 break
-            total += got
-            remaining = _advance(remaining, got)
-        return total
+            got += count
+            remaining = _advance(remaining, count)
+        return got
     finally:
         os.close(fd)
+
+
+def _probe_direct_io(directory: Path) -> bool:
+    """Whether ``O_DIRECT`` writes and reads work in ``directory``."""
+    if not _O_DIRECT:
+        return False
+    path = directory / f".direct-probe-{os.getpid()}-{threading.get_ident()}"
+    page = mmap.mmap(-1, DIRECT_ALIGNMENT)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | _O_DIRECT, 0o644)
+        try:
+            os.write(fd, page)
+            os.lseek(fd, 0, os.SEEK_SET)
+            os.readv(fd, [page])
+        finally:
+            os.close(fd)
+        return True
+    except OSError:
+        return False
+    finally:
+        page.close()
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+
+
+def _address(view: memoryview) -> int:
+    """The address of a writable buffer's first byte."""
+    return ctypes.addressof(ctypes.c_char.from_buffer(view))
 
 
 def _remove(path: str) -> None:
@@ -186,13 +218,23 @@ def _remove(path: str) -> None:
 class _Item:
     """One key of a job the pool copies."""
 
-    __slots__ = ("block", "chunk_id", "key", "serial")
+    __slots__ = ("block", "checksum", "chunk_id", "key", "path", "serial")
 
-    def __init__(self, key: OffloadKey, chunk_id: int, block: BlockStatus, serial: int):
+    def __init__(
+        self,
+        key: OffloadKey,
+        chunk_id: int,
+        block: BlockStatus,
+        serial: int = -1,
+        path: str = "",
+        checksum: int | None = None,
+    ) -> None:
         self.key = key
         self.chunk_id = chunk_id
         self.block = block
-        self.serial = serial
+        self.serial = serial  # a store: the serial of the file it writes
+        self.path = path  # a load: the file it reads ...
+        self.checksum = checksum  # ... and the checksum it must have
 
 
 class _Job:
@@ -236,8 +278,12 @@ class FileSystemTier:
       stored or loaded are never evicted.
     - ``num_threads`` (4): pool threads doing the copies and file I/O.
     - ``fsync`` (``"none"``): see :class:`FsyncPolicy`.
-    - ``checksum`` (True): write a CRC-32 of each chunk and verify it on
-      load. Without it a load still checks the file's length and trailer.
+    - ``checksum`` (True): record a CRC-32 of each chunk (in its file
+      name) and verify it on load. Without it a load checks the length only.
+    - ``direct_io`` (True): read and write with ``O_DIRECT`` (bypassing the
+      page cache) where the file system supports it, the chunk size is a
+      multiple of 4096 and the primary view is 4096-aligned; buffered I/O
+      otherwise. :attr:`direct_io` says which is used.
     - ``enable_events`` (False): queue :class:`OffloadingEvent` s for
       ``take_events``; ``medium`` (``"DISK"``) and ``block_size`` (0) are
       what they carry.
@@ -261,6 +307,7 @@ class FileSystemTier:
         num_threads: int = 4,
         fsync: str | FsyncPolicy = FsyncPolicy.NONE,
         checksum: bool = True,
+        direct_io: bool = True,
         enable_events: bool = False,
         medium: str = "DISK",
         block_size: int = 0,
@@ -269,8 +316,11 @@ class FileSystemTier:
         self._num_threads = require_positive_int("num_threads", num_threads)
         self._flat, self.chunk_bytes, self.num_primary_slots = _check_view(primary_kv_view)
         self._fsync = _fsync_policy(fsync)
-        if not isinstance(checksum, bool) or not isinstance(enable_events, bool):
-            raise ConfigurationError("checksum and enable_events must be bools")
+        for name, flag in (
+            ("checksum", checksum), ("direct_io", direct_io), ("enable_events", enable_events)
+        ):
+            if not isinstance(flag, bool):
+                raise ConfigurationError(f"{name} must be a bool, got {flag!r}")
         if not isinstance(medium, str) or not medium:
             raise ConfigurationError(f"medium must be a non-empty str, got {medium!r}")
         if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 0:
@@ -286,7 +336,8 @@ class FileSystemTier:
 
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
-        self._serial_of: dict[OffloadKey, int] = {}
+        # readable keys: their file and the checksum it must have
+        self._file_of: dict[OffloadKey, tuple[str, int | None]] = {}
         self._free_slots: list[int] = list(range(self.capacity_blocks - 1, -1, -1))
         self._storing: dict[OffloadKey, _Job] = {}  # key -> the job writing it
         self._waiters: dict[OffloadKey, list[_Job]] = {}
@@ -301,6 +352,12 @@ class FileSystemTier:
 
         self._lock_fd = self._open_directory()
         try:
+            self.direct_io: bool = (
+                direct_io
+                and self.chunk_bytes % DIRECT_ALIGNMENT == 0
+                and _address(self._flat) % DIRECT_ALIGNMENT == 0
+                and _probe_direct_io(self._chunk_root)
+            )
             self._next_serial = self._rebuild_index()
         except BaseException:
             os.close(self._lock_fd)
@@ -379,8 +436,8 @@ class FileSystemTier:
         """Index the complete chunks on disk; remove temp files, chunks of
         the wrong length, superseded copies and chunks beyond capacity.
         Returns the next serial."""
-        expected = self.chunk_bytes + TRAILER_BYTES
-        found: dict[OffloadKey, tuple[int, int, str]] = {}  # key -> (mtime, serial, path)
+        # key -> (mtime, serial, path, checksum)
+        found: dict[OffloadKey, tuple[int, int, str, int | None]] = {}
         max_serial = -1
         for shard in sorted(self._chunk_root.iterdir()):
             if not shard.is_dir():
@@ -394,33 +451,32 @@ class FileSystemTier:
                     parsed = _parse_chunk_name(name)
                     if parsed is None:
                         continue  # not ours: leave it alone
-                    key, serial = parsed
+                    key, serial, checksum = parsed
                     max_serial = max(max_serial, serial)
                     stat = entry.stat()
-                    if stat.st_size != expected:
+                    if stat.st_size != self.chunk_bytes:
                         _remove(entry.path)
                         continue
+                    record = (stat.st_mtime_ns, serial, entry.path, checksum)
                     previous = found.get(key)
-                    if previous is not None:
-                        older = previous if previous[1] < serial else (0, serial, entry.path)
-                        _remove(older[2])
-                        if older is previous:
-                            found[key] = (stat.st_mtime_ns, serial, entry.path)
+                    if previous is not None and previous[1] > serial:
+                        _remove(entry.path)
                         continue
-                    found[key] = (stat.st_mtime_ns, serial, entry.path)
+                    if previous is not None:
+                        _remove(previous[2])
+                    found[key] = record
         ordered = sorted(found.items(), key=lambda item: (item[1][0], item[1][1]))
         excess = max(0, len(ordered) - self.capacity_blocks)
-        for _, (_, _, path) in ordered[:excess]:
+        for _, (_, _, path, _) in ordered[:excess]:
             _remove(path)
-        kept = ordered[excess:]
         keys: list[OffloadKey] = []
         blocks: list[BlockStatus] = []
-        for key, (_, serial, _) in kept:
+        for key, (_, _, path, checksum) in ordered[excess:]:
             block = BlockStatus(self._free_slots.pop())
             block.ref_cnt = 0
             keys.append(key)
             blocks.append(block)
-            self._serial_of[key] = serial
+            self._file_of[key] = (path, checksum)
         self._policy.insert_many(keys, blocks)
         if keys and self._events_on:
             self._events.append(self._event(keys, removed=False))
@@ -428,16 +484,15 @@ class FileSystemTier:
 
     # --- paths -----------------------------------------------------------------
 
-    def _path(self, key: OffloadKey, serial: int, suffix: str = CHUNK_SUFFIX) -> str:
+    def _stem(self, key: OffloadKey, serial: int) -> str:
         hex_key = key.hex()
-        return f"{self._chunk_root}/{hex_key[:2]}/{hex_key}.{serial:x}{suffix}"
+        return f"{self._chunk_root}/{hex_key[:2]}/{hex_key}.{serial:x}"
 
     def path_of(self, key: OffloadKey) -> Path | None:
-        """The file of ``key``'s chunk while the tier holds it (stored or
-        being stored), else None."""
+        """The file of ``key``'s chunk while it is readable, else None."""
         with self._lock:
-            serial = self._serial_of.get(key)
-            return None if serial is None else Path(self._path(key, serial))
+            record = self._file_of.get(key)
+            return None if record is None else Path(record[0])
 
     # --- inspection ------------------------------------------------------------
 
@@ -492,8 +547,7 @@ class FileSystemTier:
             self._next_serial += len(admitted)
             for key, chunk_id in admitted:
                 block = BlockStatus(self._free_slots.pop())
-                entry.items.append(_Item(key, chunk_id, block, serial))
-                self._serial_of[key] = serial
+                entry.items.append(_Item(key, chunk_id, block, serial=serial))
                 self._storing[key] = entry
                 serial += 1
             self._policy.insert_many(
@@ -516,7 +570,8 @@ class FileSystemTier:
                 if block is None or block.ref_cnt < 0:
                     continue
                 block.ref_cnt += 1
-                entry.items.append(_Item(key, chunk_id, block, self._serial_of[key]))
+                path, checksum = self._file_of[key]
+                entry.items.append(_Item(key, chunk_id, block, path=path, checksum=checksum))
             self._enqueue(entry, self._load_queue)
 
     def get_finished_jobs(self) -> list[TierJobResult]:
@@ -626,7 +681,7 @@ class FileSystemTier:
         keys: list[OffloadKey] = []
         for key, block in victims:
             self._free_slots.append(block.block_id)
-            entry.doomed.append(self._path(key, self._serial_of.pop(key)))
+            entry.doomed.append(self._file_of.pop(key)[0])
             keys.append(key)
         if keys and self._events_on:
             self._events.append(self._event(keys, removed=True))
@@ -664,14 +719,16 @@ class FileSystemTier:
                 if entry.next_item == len(entry.items):
                     queue.popleft()
                 doomed, entry.doomed = entry.doomed, []
-            for path in doomed:  # chunks this job evicted, before it writes
-                self._remove_quietly(path)
-            ok = self._load(item) if entry.promotion else self._store(item)
-            with cond:
-                if entry.promotion:
+            for victim in doomed:  # chunks this job evicted, before it writes
+                self._remove_quietly(victim)
+            if entry.promotion:
+                ok = self._load(item)
+                with cond:
                     self._load_done(entry, item, ok)
-                else:
-                    self._store_done(entry, item, ok)
+            else:
+                written = self._store(item)
+                with cond:
+                    self._store_done(entry, item, written)
 
     @staticmethod
     def _remove_quietly(path: str) -> None:
@@ -684,51 +741,46 @@ class FileSystemTier:
         size = self.chunk_bytes
         return self._flat[chunk_id * size : (chunk_id + 1) * size]
 
-    def _store(self, item: _Item) -> bool:
-        """Copy one primary slot into its file (pool thread)."""
+    def _store(self, item: _Item) -> str | None:
+        """Copy one primary slot into its file (pool thread); the file's
+        path, or None when the store failed."""
         try:
             payload = self._slot(item.chunk_id)
-            crc = zlib.crc32(payload) if self._checksum else 0
-            trailer = _TRAILER.pack(
-                _MAGIC, self.chunk_bytes, crc, _FLAG_CRC if self._checksum else 0
-            )
-            _write_chunk(
-                self._path(item.key, item.serial, TEMP_SUFFIX),
-                self._path(item.key, item.serial),
-                [payload, memoryview(trailer)],
-                self._fsync,
-            )
-            return True
+            checksum = f"{zlib.crc32(payload):08x}" if self._checksum else NO_CHECKSUM
+            stem = self._stem(item.key, item.serial)
+            path = f"{stem}.{checksum}{CHUNK_SUFFIX}"
+            _write_chunk(stem + TEMP_SUFFIX, path, payload, self._fsync, self.direct_io)
+            return path
         except Exception as error:  # an I/O failure fails this key only
             logger.warning("store of %s failed: %s", item.key.hex(), error)
-            return False
+            return None
 
     def _load(self, item: _Item) -> bool:
         """Copy one file into its primary slot and verify it (pool thread)."""
-        path = self._path(item.key, item.serial)
-        trailer = bytearray(TRAILER_BYTES)
         try:
             payload = self._slot(item.chunk_id)
-            size = _read_chunk(path, payload, memoryview(trailer))
-            if size != self.chunk_bytes + TRAILER_BYTES:
-                raise ValueError(f"file holds {size} bytes, expected "
-                                 f"{self.chunk_bytes + TRAILER_BYTES}")
-            magic, length, crc, flags = _TRAILER.unpack(trailer)
-            if magic != _MAGIC or length != self.chunk_bytes:
-                raise ValueError("bad trailer")
-            if self._checksum and flags & _FLAG_CRC and zlib.crc32(payload) != crc:
+            size = _read_chunk(item.path, payload, self.direct_io)
+            if size != self.chunk_bytes:
+                raise ValueError(f"read {size} bytes, expected {self.chunk_bytes}")
+            if (
+                self._checksum
+                and item.checksum is not None
+                and zlib.crc32(payload) != item.checksum
+            ):
                 raise ValueError("checksum mismatch")
             return True
         except (OSError, ValueError) as error:
-            logger.warning("load of %s from %s failed: %s", item.key.hex(), path, error)
+            logger.warning("load of %s from %s failed: %s", item.key.hex(), item.path, error)
             return False
 
     # --- completions (pool threads, lock held) ---------------------------------
 
-    def _store_done(self, entry: _Job, item: _Item, ok: bool) -> None:
+    def _store_done(self, entry: _Job, item: _Item, path: str | None) -> None:
         key, block = item.key, item.block
         del self._storing[key]
-        if ok:
+        ok = path is not None
+        if path is not None:
+            self._file_of[key] = (path, _parse_checksum(path))
             block.ref_cnt = 0
             if self._policy.tracks_unpinning():
                 self._policy.blocks_unpinned([key])
@@ -737,7 +789,6 @@ class FileSystemTier:
         else:
             self._policy.remove(key)
             self._free_slots.append(block.block_id)
-            del self._serial_of[key]
         for job in [entry, *self._waiters.pop(key, ())]:
             if ok:
                 job.ok.add(key)
@@ -755,8 +806,7 @@ class FileSystemTier:
             # a corrupt or missing file: the key is not readable any more
             self._policy.remove(key)
             self._free_slots.append(block.block_id)
-            serial = self._serial_of.pop(key)
-            self._remove_quietly(self._path(key, serial))
+            self._remove_quietly(self._file_of.pop(key)[0])
             current = None
             if self._events_on:
                 self._events.append(self._event([key], removed=True))
@@ -787,22 +837,28 @@ class FileSystemTier:
         )
 
 
-def _parse_chunk_name(name: str) -> tuple[OffloadKey, int] | None:
-    """The key and serial a chunk file's name encodes, or None."""
+def _parse_chunk_name(name: str) -> tuple[OffloadKey, int, int | None] | None:
+    """The key, serial and checksum a chunk file's name encodes, or None."""
     if not name.endswith(CHUNK_SUFFIX):
         return None
-    stem = name[: -len(CHUNK_SUFFIX)]
-    hex_key, dot, hex_serial = stem.rpartition(".")
-    if not dot:
+    parts = name[: -len(CHUNK_SUFFIX)].split(".")
+    if len(parts) != 3:
         return None
+    hex_key, hex_serial, hex_checksum = parts
     try:
         key = bytes.fromhex(hex_key)
         serial = int(hex_serial, 16)
+        checksum = None if hex_checksum == NO_CHECKSUM else int(hex_checksum, 16)
     except ValueError:
         return None
     if len(key) < 4 or key.hex() != hex_key or serial < 0:
         return None
-    return OffloadKey(key), serial
+    return OffloadKey(key), serial, checksum
+
+
+def _parse_checksum(path: str) -> int | None:
+    field = path[: -len(CHUNK_SUFFIX)].rpartition(".")[2]
+    return None if field == NO_CHECKSUM else int(field, 16)
 
 
 def _check_view(view: object) -> tuple[memoryview, int, int]:
