@@ -3,6 +3,7 @@ capacity, reopening, and what a crash or a corrupt file leaves."""
 
 from __future__ import annotations
 
+import mmap
 import os
 import threading
 from collections.abc import Callable, Iterator
@@ -645,3 +646,54 @@ def test_many_jobs_on_many_threads_read_back_their_bytes(
     assert finished(tier) == {1000: TierJobResult(1000, True)}
     for k, slot in zip(stored, targets):
         assert np.array_equal(primary[slot], pattern(last[k]))
+
+
+# --- direct I/O -----------------------------------------------------------------
+
+
+def aligned_primary(slots: int, chunk: int) -> Primary:
+    region = mmap.mmap(-1, slots * chunk)  # page-aligned
+    return np.frombuffer(region, dtype=np.uint8).reshape(slots, chunk)
+
+
+def test_direct_io_round_trips_and_still_checks(tmp_path: Path) -> None:
+    memory = aligned_primary(8, 8192)
+    tier = FileSystemTier(tmp_path / "t", 4, memory.data)
+    try:
+        if not tier.direct_io:
+            pytest.skip("this file system refuses O_DIRECT")
+        for slot in range(3):
+            memory[slot] = pattern(slot, 8192)
+        store(tier, 1, [key(0), key(1), key(2)], [0, 1, 2])
+        assert finished(tier) == {1: TierJobResult(1, True)}
+        path = tier.path_of(key(1))
+        assert path is not None and path.stat().st_size == 8192
+        data = bytearray(path.read_bytes())
+        data[100] ^= 1
+        path.write_bytes(data)
+        memory[:] = 0
+        load(tier, 2, [key(0), key(1), key(2)], [5, 6, 7])
+        assert finished(tier) == {2: TierJobResult(2, False, frozenset({key(0), key(2)}))}
+        assert np.array_equal(memory[5], pattern(0, 8192))
+        assert np.array_equal(memory[7], pattern(2, 8192))
+    finally:
+        tier.shutdown()
+
+
+def test_direct_io_only_where_the_buffer_allows(tmp_path: Path) -> None:
+    memory = aligned_primary(8, 8192)
+    unaligned = memoryview(mmap.mmap(-1, 5 * 8192))[16 : 16 + 4 * 8192].cast("B", (4, 8192))
+    cases: list[tuple[memoryview, dict[str, Any]]] = [
+        (memory.data, {"direct_io": False}),
+        (unaligned, {}),
+        (aligned_primary(8, 1000).data, {}),  # chunk not a multiple of 4096
+    ]
+    for index, (view, options) in enumerate(cases):
+        tier = FileSystemTier(tmp_path / str(index), 4, view, **options)
+        try:
+            assert not tier.direct_io
+            store(tier, 1, [key(1)], [0])
+            load(tier, 2, [key(1)], [1])
+            assert set(finished(tier)) == {1, 2}
+        finally:
+            tier.shutdown()
