@@ -61,7 +61,7 @@ from kvoffload.spec.errors import (
     TierClosedError,
     TransferError,
 )
-from kvoffload.spec.keys import OffloadKey, validate_offload_keys
+from kvoffload.spec.keys import OffloadKey, validate_offload_key, validate_offload_keys
 from kvoffload.spec.tier_contract import JobId, TierJobLike, TierJobResult
 
 __all__ = [
@@ -339,7 +339,6 @@ class FileSystemTier:
         # readable keys: their file and the checksum it must have
         self._file_of: dict[OffloadKey, tuple[str, int | None]] = {}
         self._free_slots: list[int] = list(range(self.capacity_blocks - 1, -1, -1))
-        self._storing: dict[OffloadKey, _Job] = {}  # key -> the job writing it
         self._waiters: dict[OffloadKey, list[_Job]] = {}
         self._job_ids: set[JobId] = set()  # submitted, result not yet taken
         self._in_flight = 0
@@ -509,7 +508,10 @@ class FileSystemTier:
     # --- the contract ----------------------------------------------------------
 
     def lookup(self, key: OffloadKey, req_context: ReqContext) -> LookupResult:
-        """HIT when ``key``'s chunk is stored (readable), else MISS."""
+        """HIT when ``key``'s chunk is stored (readable), else MISS. Raises
+        :class:`InvalidKeyError` for a malformed key."""
+        if type(key) is not bytes:
+            key = validate_offload_key(key)
         with self._lock:
             block = self._blocks.get(key)
             readable = block is not None and block.ref_cnt >= 0
@@ -548,7 +550,6 @@ class FileSystemTier:
             for key, chunk_id in admitted:
                 block = BlockStatus(self._free_slots.pop())
                 entry.items.append(_Item(key, chunk_id, block, serial=serial))
-                self._storing[key] = entry
                 serial += 1
             self._policy.insert_many(
                 [item.key for item in entry.items], [item.block for item in entry.items]
@@ -769,7 +770,7 @@ class FileSystemTier:
             ):
                 raise ValueError("checksum mismatch")
             return True
-        except (OSError, ValueError) as error:
+        except Exception as error:  # a damaged or missing file fails this key only
             logger.warning("load of %s from %s failed: %s", item.key.hex(), item.path, error)
             return False
 
@@ -777,7 +778,6 @@ class FileSystemTier:
 
     def _store_done(self, entry: _Job, item: _Item, path: str | None) -> None:
         key, block = item.key, item.block
-        del self._storing[key]
         ok = path is not None
         if path is not None:
             self._file_of[key] = (path, _parse_checksum(path))
