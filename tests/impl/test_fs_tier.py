@@ -367,7 +367,7 @@ def test_malformed_jobs_raise_and_change_nothing(
     fill(primary, 0, 0)
     store(tier, 1, [key(0)], [0])
     finished(tier)
-    bad: list[tuple[type[Exception], Callable[[], None]]] = [
+    bad: list[tuple[type[Exception], Callable[[], object]]] = [
         (TransferError, lambda: store(tier, 2, [key(1), key(2)], [1])),
         (TransferError, lambda: store(tier, 2, [key(1)], [SLOTS])),
         (TransferError, lambda: store(tier, 2, [key(1)], [-1])),
@@ -375,6 +375,7 @@ def test_malformed_jobs_raise_and_change_nothing(
         (InvalidKeyError, lambda: store(tier, 2, [OffloadKey(b"ab")], [1])),
         (InvalidKeyError, lambda: store(tier, 2, [OffloadKey(b"k" * 200)], [1])),
         (InvalidKeyError, lambda: tier.touch([OffloadKey(b"x")], CTX)),
+        (InvalidKeyError, lambda: tier.lookup(["not", "a", "key"], CTX)),  # type: ignore[arg-type]
     ]
     for error, call in bad:
         with pytest.raises(error):
