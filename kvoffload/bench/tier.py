@@ -228,6 +228,7 @@ def _kvoffload(
     keys: Sequence[OffloadKey],
     job_chunks: int,
     threads: int,
+    checksum: bool = True,
 ) -> tuple[dict[str, float], list[float], bool]:
     """Seconds per operation, submit seconds, and whether the default tier
     used ``O_DIRECT``."""
@@ -243,7 +244,9 @@ def _kvoffload(
     )
     for store_operation, load_operation, options in cases:
         where = directory / "kvoffload"
-        tier = FileSystemTier(where, len(keys), view, num_threads=threads, **options)
+        tier = FileSystemTier(
+            where, len(keys), view, num_threads=threads, checksum=checksum, **options
+        )
         try:
             if not options:
                 direct = tier.direct_io
@@ -400,6 +403,7 @@ def measure(
     vllm: VllmFsTier | None = None,
     vllm_threads: int | None = None,
     seed: int = 0,
+    checksum: bool = True,
 ) -> Run:
     """Every chunk size and operation."""
     rng = np.random.default_rng(seed)
@@ -423,7 +427,7 @@ def measure(
                 for op, value in _ceiling(primary, directory).items():
                     ceiling[op].append(value)
                 seconds, submits, direct = _kvoffload(
-                    primary, directory, keys, job_chunks, threads
+                    primary, directory, keys, job_chunks, threads, checksum
                 )
                 for op, value in seconds.items():
                     ours[op].append(value)
@@ -511,6 +515,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a vLLM 0.33 release (scripts/fetch_vllm.py): also run its fs tier")
     parser.add_argument("--vllm-threads", type=int, default=None,
                         help="vLLM tier's read and write threads each (default: vLLM's, 16)")
+    parser.add_argument("--no-checksum", action="store_true",
+                        help="run kvoffload's tier with checksum=False")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", default=None, metavar="PATH",
                         help="also write the figures as JSON to PATH")
@@ -546,7 +552,7 @@ def run(args: argparse.Namespace) -> int:
         result = measure(
             sizes, total_bytes=total, directory=directory, repeats=repeats,
             job_chunks=job_chunks, threads=threads, vllm=vllm,
-            vllm_threads=args.vllm_threads, seed=args.seed,
+            vllm_threads=args.vllm_threads, seed=args.seed, checksum=not args.no_checksum,
         )
     finally:
         if owned:
@@ -556,9 +562,10 @@ def run(args: argparse.Namespace) -> int:
     conditions = (
         f"directory: {directory} ({'temporary' if owned else 'given'}); "
         f"{os.cpu_count()} CPUs, load average {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f}; "
-        f"{total >> 20} MiB per case, median of {repeats}; {job_chunks} chunks per job; "
+        f"{format_size(total)} per case, median of {repeats}; {job_chunks} chunks per job; "
         f"kvoffload: {threads} threads, "
         + ("O_DIRECT" if result.kvoffload_direct else "buffered (no O_DIRECT here)")
+        + (", no checksum" if args.no_checksum else ", CRC-32 checked")
     )
     if vllm is not None:
         conditions += (
