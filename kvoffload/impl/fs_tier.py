@@ -402,8 +402,7 @@ class FileSystemTier:
                 )
             else:
                 self._write_manifest(manifest_path)
-            for shard in range(256):
-                (self._chunk_root / f"{shard:02x}").mkdir(parents=True, exist_ok=True)
+            self._chunk_root.mkdir(exist_ok=True)  # shard folders come with their first chunk
         except BaseException:
             os.close(lock_fd)
             raise
@@ -750,7 +749,11 @@ class FileSystemTier:
             checksum = f"{zlib.crc32(payload):08x}" if self._checksum else NO_CHECKSUM
             stem = self._stem(item.key, item.serial)
             path = f"{stem}.{checksum}{CHUNK_SUFFIX}"
-            _write_chunk(stem + TEMP_SUFFIX, path, payload, self._fsync, self.direct_io)
+            try:
+                _write_chunk(stem + TEMP_SUFFIX, path, payload, self._fsync, self.direct_io)
+            except FileNotFoundError:  # the shard's first chunk
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                _write_chunk(stem + TEMP_SUFFIX, path, payload, self._fsync, self.direct_io)
             return path
         except Exception as error:  # an I/O failure fails this key only
             logger.warning("store of %s failed: %s", item.key.hex(), error)
