@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -21,7 +20,6 @@ from hypothesis.stateful import (
     invariant,
     precondition,
     rule,
-    run_state_machine_as_test,
 )
 
 from kvoffload import FileSystemTier, ReqContext
@@ -61,6 +59,9 @@ def failing_writer(original: Any) -> Any:
 class FileTierMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
+        # every write goes through a writer that can die midway (restored in teardown)
+        self.real_writer = fs_tier._write_chunk
+        fs_tier._write_chunk = failing_writer(self.real_writer)
         self.directory = Path(tempfile.mkdtemp(prefix="kvoffload-fs-machine-"))
         self.primary = np.zeros((SLOTS, CHUNK), dtype=np.uint8)
         self.tier = self.open()
@@ -197,17 +198,14 @@ class FileTierMachine(RuleBasedStateMachine):
 
     def teardown(self) -> None:
         self.tier.shutdown()
+        fs_tier._write_chunk = self.real_writer
         shutil.rmtree(self.directory, ignore_errors=True)
 
 
-def test_file_tier_machine(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(fs_tier, "_write_chunk", failing_writer(fs_tier._write_chunk))
-    run_state_machine_as_test(
-        FileTierMachine,
-        settings=settings(
-            max_examples=50,
-            stateful_step_count=25,
-            deadline=None,
-            suppress_health_check=[HealthCheck.too_slow],
-        ),
-    )
+FileTierMachine.TestCase.settings = settings(
+    max_examples=50,
+    stateful_step_count=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+TestFileTierMachine = FileTierMachine.TestCase
