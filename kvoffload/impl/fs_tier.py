@@ -35,7 +35,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import enum
-import fcntl
 import json
 import logging
 import mmap
@@ -387,6 +386,8 @@ class FileSystemTier:
         manifest_path = directory / MANIFEST_NAME
         lock_fd = os.open(directory / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
         try:
+            import fcntl  # POSIX only: imported when a tier opens, not with the package
+
             try:
                 fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -629,6 +630,7 @@ class FileSystemTier:
             self._cond.notify_all()
         for thread in self._threads:
             thread.join()
+        self._flat.release()  # the primary memory is the caller's again
         os.close(self._lock_fd)
 
     # --- submission helpers ----------------------------------------------------

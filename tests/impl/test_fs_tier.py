@@ -698,3 +698,14 @@ def test_direct_io_only_where_the_buffer_allows(tmp_path: Path) -> None:
             assert set(finished(tier)) == {1, 2}
         finally:
             tier.shutdown()
+
+
+def test_shutdown_gives_the_primary_memory_back(tmp_path: Path) -> None:
+    memory = bytearray(4 * 1024)
+    view = memoryview(memory).cast("B", (4, 1024))
+    tier = FileSystemTier(tmp_path / "t", 4, view)
+    store(tier, 1, [key(1)], [0])
+    tier.shutdown()
+    view.release()
+    memory.extend(b"more")  # BufferError while any view of it is alive
+    assert len(memory) == 4 * 1024 + 4
