@@ -48,7 +48,7 @@ import attrs
 import numpy as np
 import numpy.typing as npt
 
-from kvoffload.impl.fs_tier import FileSystemTier
+from kvoffload.impl.fs_tier import FileSystemTier, default_num_threads
 from kvoffload.spec.keys import OffloadKey, make_offload_key
 from kvoffload.spec.tier_contract import TierJob
 
@@ -506,8 +506,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="runs per case; the median is kept (default: %(default)s)")
     parser.add_argument("--job-chunks", type=int, default=8,
                         help="chunks per store/load job (default: %(default)s)")
-    parser.add_argument("--threads", type=int, default=4,
-                        help="kvoffload tier's pool threads (default: %(default)s)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="kvoffload tier's pool threads (default: the tier's own)")
     parser.add_argument("--dir", type=Path, default=None,
                         help="directory to write in (default: a new temporary directory, "
                         "removed afterwards)")
@@ -535,7 +535,9 @@ def run(args: argparse.Namespace) -> int:
     total = _positive("--total", parse_size(args.total))
     repeats = _positive("--repeats", args.repeats)
     job_chunks = _positive("--job-chunks", args.job_chunks)
-    threads = _positive("--threads", args.threads)
+    threads = default_num_threads() if args.threads is None else _positive(
+        "--threads", args.threads
+    )
     vllm = None
     if args.vllm_path is not None:
         from kvoffload.vllm_release import VllmReleaseError

@@ -275,7 +275,9 @@ class FileSystemTier:
     - ``cache_policy``: a registered replacement policy (``"lru"``,
       ``"arc"``) choosing which stored chunks a store evicts. Chunks being
       stored or loaded are never evicted.
-    - ``num_threads`` (4): pool threads doing the copies and file I/O.
+    - ``num_threads``: pool threads doing the copies, checksums and file
+      I/O (default: twice the CPUs, at least 4 and at most 16; the count
+      bounds the I/Os in flight).
     - ``fsync`` (``"none"``): see :class:`FsyncPolicy`.
     - ``checksum`` (True): record a CRC-32 of each chunk (in its file
       name) and verify it on load. Without it a load checks the length only.
@@ -303,7 +305,7 @@ class FileSystemTier:
         primary_kv_view: memoryview,
         *,
         cache_policy: str = "lru",
-        num_threads: int = 4,
+        num_threads: int | None = None,
         fsync: str | FsyncPolicy = FsyncPolicy.NONE,
         checksum: bool = True,
         direct_io: bool = True,
@@ -312,7 +314,11 @@ class FileSystemTier:
         block_size: int = 0,
     ) -> None:
         self.capacity_blocks = require_positive_int("capacity_blocks", capacity_blocks)
-        self._num_threads = require_positive_int("num_threads", num_threads)
+        self.num_threads: int = (
+            default_num_threads()
+            if num_threads is None
+            else require_positive_int("num_threads", num_threads)
+        )
         self._flat, self.chunk_bytes, self.num_primary_slots = _check_view(primary_kv_view)
         self._fsync = _fsync_policy(fsync)
         for name, flag in (
@@ -367,7 +373,7 @@ class FileSystemTier:
                 name=f"kvoffload-fs-tier-{index}",
                 daemon=True,
             )
-            for index in range(self._num_threads)
+            for index in range(self.num_threads)
         ]
         for thread in self._threads:
             thread.start()
@@ -890,6 +896,12 @@ def _check_view(view: object) -> tuple[memoryview, int, int]:
             f"primary_kv_view has {rows} rows of {chunk_bytes} bytes; both must be > 0"
         )
     return view.cast("B"), chunk_bytes, rows
+
+
+def default_num_threads() -> int:
+    """Pool threads of a tier built without ``num_threads``: twice the
+    CPUs, at least 4, at most 16."""
+    return min(16, max(4, 2 * (os.cpu_count() or 1)))
 
 
 def _fsync_policy(value: object) -> FsyncPolicy:
