@@ -3,6 +3,7 @@ capacity, reopening, and what a crash or a corrupt file leaves."""
 
 from __future__ import annotations
 
+import dataclasses
 import mmap
 import os
 import threading
@@ -709,3 +710,38 @@ def test_shutdown_gives_the_primary_memory_back(tmp_path: Path) -> None:
     view.release()
     memory.extend(b"more")  # BufferError while any view of it is alive
     assert len(memory) == 4 * 1024 + 4
+
+
+def test_jobs_shaped_like_vllms_transfer_job(
+    make_tier: Callable[..., FileSystemTier], primary: Primary
+) -> None:
+    """vLLM 0.33's ``TransferJob`` has list keys and an ndarray of slots."""
+
+    @dataclasses.dataclass
+    class TransferJob:
+        job_id: int
+        keys: list[OffloadKey]
+        chunk_ids: npt.NDArray[np.int64]
+        is_promotion: bool
+        req_context: ReqContext
+
+    tier = make_tier()
+    fill(primary, 2, 42)
+    # (TierJobLike types chunk_ids as Sequence[int], which an ndarray is not
+    # to mypy; at run time the tier takes any iterable of ints)
+    tier.submit_store(TransferJob(1, [key(42)], np.array([2]), False, CTX))  # type: ignore[arg-type]
+    tier.submit_load(TransferJob(2, [key(42)], np.array([3]), True, CTX))  # type: ignore[arg-type]
+    results = finished(tier)
+    assert results[1] == TierJobResult(1, True)
+    if results[2].success:  # the load may have run before the store completed
+        assert np.array_equal(primary[3], pattern(42))
+    tier.submit_load(TransferJob(3, [key(42)], np.array([4]), True, CTX))  # type: ignore[arg-type]
+    assert finished(tier) == {3: TierJobResult(3, True)}
+    assert np.array_equal(primary[4], pattern(42))
+
+
+def test_default_thread_count_follows_the_cpus(make_tier: Callable[..., FileSystemTier]) -> None:
+    tier = make_tier()
+    assert tier.num_threads == fs_tier.default_num_threads()
+    assert 4 <= tier.num_threads <= 16
+    assert len(tier._threads) == tier.num_threads
