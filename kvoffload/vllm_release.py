@@ -8,7 +8,8 @@ installed one (``site-packages``) or one extracted from its wheel (only
 
 The release's own modules are imported unchanged. The handful of other vLLM
 modules they import (a logger, the ``BlockHash`` type, ``cdiv``, a metrics
-record, two enums) are replaced by small stand-ins *only when missing* from
+record, two enums, the canonical-layout name the file tier's path mapper
+imports) are replaced by small stand-ins *only when missing* from
 ``DIR``; none of them carries any of vLLM's offloading logic. vLLM's
 ``vllm/__init__.py`` is not run: the ``vllm`` and ``vllm.v1`` packages are
 set up to point at ``DIR`` without it, so an installed release does not pull
