@@ -18,7 +18,9 @@ from kvoffload.impl import (
     FilterReusedOffloadingManager,
     LRUCachePolicy,
     LRUOffloadingManager,
+    MemoryTier,
     OffloadingManagerCore,
+    TieredOffloadingManager,
     make_cache_policy,
 )
 from kvoffload.impl.specs import GPULoadStoreSpec
@@ -82,6 +84,7 @@ __all__ = [
     "LRUCachePolicy",
     "LRUOffloadingManager",
     "LoadStoreSpec",
+    "MemoryTier",
     "OffloadKey",
     "OffloadingError",
     "OffloadingEvent",
@@ -96,6 +99,7 @@ __all__ = [
     "ReqContext",
     "RequestOffloadingContext",
     "TransferError",
+    "TieredOffloadingManager",
     "TransferResult",
     "get_offload_block_hash",
     "get_offload_group_idx",

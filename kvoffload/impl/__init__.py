@@ -11,6 +11,7 @@ from kvoffload.impl.manager import (
     LRUOffloadingManager,
     OffloadingManagerCore,
 )
+from kvoffload.impl.memtier import MemoryTier
 from kvoffload.impl.policies import (
     ARCCachePolicy,
     CachePolicy,
@@ -19,6 +20,7 @@ from kvoffload.impl.policies import (
 )
 from kvoffload.impl.reuse import FilterReusedOffloadingManager
 from kvoffload.impl.specs import BlockIDsLoadStoreSpec, CPULoadStoreSpec
+from kvoffload.impl.tiered import CascadeMode, TieredOffloadingManager
 
 __all__ = [
     "ARCCachePolicy",
@@ -29,9 +31,12 @@ __all__ = [
     "CPULoadStoreSpec",
     "CPUOffloadingManager",
     "CachePolicy",
+    "CascadeMode",
     "FilterReusedOffloadingManager",
     "LRUCachePolicy",
     "LRUOffloadingManager",
+    "MemoryTier",
     "OffloadingManagerCore",
+    "TieredOffloadingManager",
     "make_cache_policy",
 ]
