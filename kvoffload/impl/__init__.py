@@ -6,6 +6,7 @@ torch lazily.
 
 from kvoffload.impl.backend import Backend, CPUBackend
 from kvoffload.impl.block import BlockStatus
+from kvoffload.impl.fs_tier import FileSystemTier, FsyncPolicy
 from kvoffload.impl.manager import (
     CPUOffloadingManager,
     LRUOffloadingManager,
@@ -32,7 +33,9 @@ __all__ = [
     "CPUOffloadingManager",
     "CachePolicy",
     "CascadeMode",
+    "FileSystemTier",
     "FilterReusedOffloadingManager",
+    "FsyncPolicy",
     "LRUCachePolicy",
     "LRUOffloadingManager",
     "MemoryTier",
