@@ -19,7 +19,10 @@ when present.
 
 from __future__ import annotations
 
+import os
 import random
+import shutil
+import tempfile
 from typing import ClassVar
 
 import pytest
@@ -31,6 +34,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+from kvoffload.impl.fs_tier import FileSystemTier
 from kvoffload.impl.manager import CPUOffloadingManager
 from kvoffload.impl.memtier import MemoryTier
 from kvoffload.impl.specs import CPULoadStoreSpec, GPULoadStoreSpec
@@ -41,7 +45,7 @@ from kvoffload.impl.worker.worker import OffloadingWorker
 from kvoffload.spec.contract import ReqContext
 from kvoffload.spec.keys import OffloadKey, make_offload_key
 from kvoffload.spec.lifecycle import PhaseKind
-from kvoffload.spec.tier_contract import TierJob, TierJobResult
+from kvoffload.spec.tier_contract import TierJob, TierJobLike, TierJobResult
 from tests.worker.test_worker_integrity import FAIL_MODES, FlakyHandler
 from tests.worker.worker_helpers import HAS_CUDA, make_caches, pattern
 
@@ -133,7 +137,7 @@ class TieredIntegrityMachine(RuleBasedStateMachine):
         self.worker.register_handler(CPULoadStoreSpec, GPULoadStoreSpec, self.load_handler)
         self.keys = [make_offload_key(bytes([h]) * 8, 0) for h in range(NUM_HASHES)]
         self.model = Model()
-        self.tier = WitnessedTier(self.tier_blocks, self.view, self.model)
+        self.tier: MemoryTier | FileSystemTier = self.make_tier()
         self.manager = self.new_manager()
         self.free_gpu = list(range(self.gpu_blocks))
         self.next_job = 0
@@ -144,6 +148,13 @@ class TieredIntegrityMachine(RuleBasedStateMachine):
         self.tier_announced: set[OffloadKey] = set()
         self.promoting: set[OffloadKey] = set()
         self.loads_checked = 0
+
+    def make_tier(self) -> MemoryTier | FileSystemTier:
+        return WitnessedTier(self.tier_blocks, self.view, self.model)
+
+    def memory_tier(self) -> WitnessedTier:
+        assert isinstance(self.tier, WitnessedTier)
+        return self.tier
 
     def new_manager(self) -> TieredOffloadingManager:
         primary = CPUOffloadingManager(16 * self.factor, self.cpu_blocks, enable_events=True)
@@ -268,10 +279,10 @@ class TieredIntegrityMachine(RuleBasedStateMachine):
     def finish(self, result: TransferResult) -> None:
         kind, keys, blocks, versions = self.jobs.pop(result.job_id)
         if kind == "store":
-            self.manager.complete_store(keys, CTX, success=result.success)
-            if result.success:
+            if result.success:  # known before the call: it may cascade at once
                 for key, version in zip(keys, versions):
                     self.model.ready[key] = version
+            self.manager.complete_store(keys, CTX, success=result.success)
         else:
             if result.success:
                 gpu = self.caches.tensors[0].tensor
@@ -316,17 +327,17 @@ class TieredIntegrityMachine(RuleBasedStateMachine):
                                    max_size=4, unique=True))
         self.lookup([self.keys.index(k) for k in chain])
 
-    @precondition(lambda self: any(q.job.is_promotion for q in self.tier._queue))
+    @precondition(lambda self: any(q.job.is_promotion for q in self.memory_tier()._queue))
     @rule(data=st.data(), die=st.booleans())
     def tier_fails_a_promotion(self, data: st.DataObject, die: bool) -> None:
-        job = data.draw(st.sampled_from([q.job for q in self.tier._queue if q.job.is_promotion]))
+        job = data.draw(st.sampled_from([q.job for q in self.memory_tier()._queue if q.job.is_promotion]))
         self.fail_tier_job(job, data.draw(st.lists(st.sampled_from(job.keys), unique=True)), die)
 
     @rule(tier_runs=st.booleans())
     def step_end(self, tier_runs: bool) -> None:
         self.manager.on_schedule_end()
         if tier_runs:  # a fast tier: the step's jobs are done by the next poll
-            self.tier.run_jobs()
+            self.memory_tier().run_jobs()
             self.manager.poll()
         self.settle_promotions()
 
@@ -342,7 +353,7 @@ class TieredIntegrityMachine(RuleBasedStateMachine):
             self.lookup(picks)
             if step == 0 and first_fails != "no":
                 self.manager.on_schedule_end()
-                for queued in [q.job for q in self.tier._queue if q.job.is_promotion]:
+                for queued in [q.job for q in self.memory_tier()._queue if q.job.is_promotion]:
                     self.fail_tier_job(queued, list(queued.keys[:1]), first_fails == "dying")
                 self.manager.poll()
                 self.settle_promotions()
@@ -354,31 +365,31 @@ class TieredIntegrityMachine(RuleBasedStateMachine):
         self.manager.poll()
         self.settle_promotions()
 
-    @precondition(lambda self: self.tier.jobs_queued > 0)
+    @precondition(lambda self: self.memory_tier().jobs_queued > 0)
     @rule(count=st.integers(1, 3))
     def tier_runs(self, count: int) -> None:
-        self.tier.run_jobs(count)
+        self.memory_tier().run_jobs(count)
 
-    @precondition(lambda self: self.tier.jobs_queued > 0)
+    @precondition(lambda self: self.memory_tier().jobs_queued > 0)
     @rule(data=st.data(), die=st.booleans())
     def tier_fails(self, data: st.DataObject, die: bool) -> None:
-        queued = data.draw(st.sampled_from([q.job for q in self.tier._queue]))
+        queued = data.draw(st.sampled_from([q.job for q in self.memory_tier()._queue]))
         self.fail_tier_job(queued, data.draw(st.lists(st.sampled_from(queued.keys), unique=True)),
                            die)
 
     def fail_tier_job(self, queued: TierJob, keep: list[OffloadKey], die: bool) -> None:
         if queued.is_promotion and die:
-            self.tier.die_mid_load(queued.job_id, keep)
+            self.memory_tier().die_mid_load(queued.job_id, keep)
         else:
-            present = [k for k in keep if k in self.tier]
-            self.tier.fail_job(queued.job_id, keep)
+            present = [k for k in keep if k in self.memory_tier()]
+            self.memory_tier().fail_job(queued.job_id, keep)
             if queued.is_promotion:
                 for key in present:
                     self.model.promoted[key] = self.model.tier[key]
 
     @rule(picks=st.lists(st.integers(0, NUM_HASHES - 1), min_size=1, max_size=3))
     def tier_evicts(self, picks: list[int]) -> None:
-        for key in self.tier.evict([self.keys[h] for h in picks]):
+        for key in self.memory_tier().evict([self.keys[h] for h in picks]):
             del self.model.tier[key]
 
     @rule(picks=st.lists(st.integers(0, NUM_HASHES - 1), max_size=3))
@@ -394,7 +405,7 @@ class TieredIntegrityMachine(RuleBasedStateMachine):
     def reset(self) -> None:
         self.quiesce()
         self.manager.reset_cache()  # drains the tier first
-        assert self.tier.jobs_queued == 0 and self.manager.jobs_in_flight == 0
+        assert not self.tier.has_pending_work() and self.manager.jobs_in_flight == 0
         self.settle_promotions_after_reset()
         self.model.ready.clear()
 
@@ -413,14 +424,14 @@ class TieredIntegrityMachine(RuleBasedStateMachine):
         self.settle_promotions_after_reset()
         self.manager.take_events()
         self.manager.shutdown()
-        assert self.tier.closed
+        assert self.memory_tier().closed
         reopened = WitnessedTier(self.tier_blocks, self.view, self.model)
-        reopened._chunks.update(self.tier._chunks)  # what a file tier finds
+        reopened._chunks.update(self.memory_tier()._chunks)  # what a file tier finds
         self.tier = reopened
         self.manager = self.new_manager()
         self.model.ready.clear()
         self.announced.clear()
-        self.tier_announced = set(self.tier.keys())
+        self.tier_announced = set(self.memory_tier().keys())
 
     # ----------------------------------------------------------- invariants
 
@@ -441,21 +452,24 @@ class TieredIntegrityMachine(RuleBasedStateMachine):
 
     @invariant()
     def every_tier_chunk_holds_the_bytes_cascaded_into_it(self) -> None:
-        assert set(self.tier.keys()) == set(self.model.tier)
+        assert set(self.memory_tier().keys()) == set(self.model.tier)
         for key, version in self.model.tier.items():
             want = b"".join(
                 self.row(key, version, sub).numpy().tobytes() for sub in range(self.factor)
             )
-            assert self.tier.chunk(key) == want, f"tier chunk of {key!r} v{version}"
+            assert self.memory_tier().chunk(key) == want, f"tier chunk of {key!r} v{version}"
 
-    @invariant()
-    def events_describe_both_tiers(self) -> None:
+    def apply_events(self) -> None:
         for event in self.manager.take_events():
             target = self.announced if event.medium == "CPU" else self.tier_announced
             if event.removed:
                 target -= set(event.keys)
             else:
                 target |= set(event.keys)
+
+    @invariant()
+    def events_describe_both_tiers(self) -> None:
+        self.apply_events()
         assert self.announced == set(self.model.ready)
         assert self.tier_announced == set(self.model.tier)
 
@@ -495,3 +509,205 @@ TestTieredIntegrityCuda = pytest.mark.gpu(
     pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device")(CudaWriteThrough.TestCase)
 )
 TestTieredIntegrityCuda.settings = SETTINGS
+
+
+# --- the file tier ------------------------------------------------------------
+
+
+class WitnessedFileTier(FileSystemTier):
+    """The real :class:`FileSystemTier`, telling the model which version of
+    each key every cascade carried (read from the pinned primary slot's
+    owner at submit)."""
+
+    model: Model
+    cascaded: dict[OffloadKey, set[int]]
+
+    def submit_store(self, job: TierJobLike) -> None:
+        for key in job.keys:
+            assert key in self.model.ready, f"cascade of {key!r}, not ready in the primary"
+            self.cascaded.setdefault(key, set()).add(self.model.ready[key])
+        super().submit_store(job)
+
+
+class FileTierIntegrityMachine(TieredIntegrityMachine):
+    """The same machine over the real file tier: its copies run on its own
+    threads (so promotions truly race GPU loads and stores), chunk files
+    are damaged on disk, and the tier is closed and reopened on the same
+    directory. A chunk read back must be a version that was cascaded under
+    its key; a damaged chunk must never become a hit."""
+
+    tier_blocks = 6
+
+    def __init__(self) -> None:
+        # tmpfs when there is one: the tier makes 256 fan-out directories
+        # per example, which a disk file system creates and removes slowly
+        shm = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+        self.directory = tempfile.mkdtemp(prefix="kvoffload-tiered-", dir=shm)
+        self.cascaded: dict[OffloadKey, set[int]] = {}
+        self.damaged: set[OffloadKey] = set()
+        super().__init__()
+
+    def make_tier(self) -> MemoryTier | FileSystemTier:
+        tier = WitnessedFileTier(
+            self.directory, self.tier_blocks, self.view, num_threads=2,
+            enable_events=True, medium="TIER",
+        )
+        tier.model = self.model
+        tier.cascaded = self.cascaded
+        return tier
+
+    def file_tier(self) -> FileSystemTier:
+        assert isinstance(self.tier, FileSystemTier)
+        return self.tier
+
+    def tier_version(self, key: OffloadKey, data: bytes) -> int | None:
+        for version in sorted(self.cascaded.get(key, ())):
+            if data == self.chunk_bytes(key, version):
+                return version
+        return None
+
+    def chunk_bytes(self, key: OffloadKey, version: int) -> bytes:
+        return b"".join(
+            self.row(key, version, sub).numpy().tobytes() for sub in range(self.factor)
+        )
+
+    def settle_promotions(self) -> None:
+        for key in list(self.promoting):
+            if self.manager.is_promoting(key):
+                continue
+            self.promoting.discard(key)
+            if not self.manager.primary.lookup(key, CTX):
+                continue  # failed (a damaged or evicted chunk): a miss
+            assert key not in self.damaged, f"damaged chunk of {key!r} became a hit"
+            slot = self.manager.slot_of(key)
+            assert slot is not None
+            data = self.cpu[slot * self.factor:(slot + 1) * self.factor].numpy().tobytes()
+            version = self.tier_version(key, data)
+            assert version is not None, f"promotion of {key!r} delivered bytes never cascaded"
+            self.model.ready[key] = version
+
+    # the memory tier's hand-run rules do not apply to a threaded tier
+    tier_runs = None  # type: ignore[assignment]
+    tier_fails = None  # type: ignore[assignment]
+    tier_fails_a_promotion = None  # type: ignore[assignment]
+    tier_evicts = None  # type: ignore[assignment]
+    lookup_tier_only_keys = None  # type: ignore[assignment]
+
+    def tier_only(self) -> list[OffloadKey]:
+        stored = self.file_tier().stored_keys()
+        return sorted(k for k in stored if k not in self.model.ready)
+
+    @precondition(lambda self: bool(self.tier_only()))
+    @rule(data=st.data())
+    def lookup_keys_on_disk(self, data: st.DataObject) -> None:
+        chain = data.draw(st.lists(st.sampled_from(self.tier_only()), min_size=1,
+                                   max_size=4, unique=True))
+        self.lookup([self.keys.index(k) for k in chain])
+
+    @rule(tier_runs=st.booleans())
+    def step_end(self, tier_runs: bool) -> None:
+        self.manager.on_schedule_end()
+        if tier_runs:
+            self.tier.drain_jobs()
+            self.manager.poll()
+        self.settle_promotions()
+
+    @rule(
+        picks=st.lists(st.integers(0, NUM_HASHES - 1), min_size=1, max_size=4),
+        first_fails=st.just("no"),
+    )
+    def lookup_until_promoted(self, picks: list[int], first_fails: str) -> None:
+        for _ in range(3):
+            self.lookup(picks)
+            self.step_end(True)
+
+    @rule(picks=st.lists(st.integers(0, NUM_HASHES - 1), min_size=1, max_size=4))
+    def lookup(self, picks: list[int]) -> None:
+        chain = list(dict.fromkeys(self.keys[h] for h in picks))
+        pinned = self.pinned()
+        found = self.manager.lookup_prefix(chain, CTX)
+        self.forget_evicted(pinned)
+        for key in chain:
+            if self.manager.is_promoting(key):
+                self.promoting.add(key)
+        if found is not None:
+            assert all(k in self.model.ready for k in chain[:found])
+        assert self.manager.promotions_in_flight <= self.max_promotions
+
+    @rule(data=st.data())
+    def damage_a_chunk_file(self, data: st.DataObject) -> None:
+        """Flip bytes of a stored chunk's file (same length)."""
+        self.tier.drain_jobs()  # not under a copy in progress
+        stored = sorted(self.file_tier().stored_keys())
+        if not stored:
+            return
+        key = data.draw(st.sampled_from(stored))
+        path = self.file_tier().path_of(key)
+        if path is None:
+            return
+        raw = bytearray(path.read_bytes())
+        raw[len(raw) // 2] ^= 0xFF
+        path.write_bytes(bytes(raw))
+        self.damaged.add(key)
+
+    @rule()
+    def restart(self) -> None:
+        self.quiesce()
+        self.manager.reset_cache()
+        self.settle_promotions_after_reset()
+        self.manager.take_events()
+        before = self.file_tier().stored_keys()
+        self.manager.shutdown()
+        self.tier = self.make_tier()
+        assert self.file_tier().stored_keys() == before, "reopened tier lost chunks"
+        self.manager = self.new_manager()
+        self.model.ready.clear()
+        self.announced.clear()
+        self.tier_announced = set(before)
+
+    @invariant()
+    def every_tier_chunk_holds_the_bytes_cascaded_into_it(self) -> None:
+        tier = self.file_tier()
+        for key in tier.stored_keys():
+            assert key in self.cascaded, f"{key!r} on disk, never cascaded"
+            path = tier.path_of(key)
+            if path is None or key in self.damaged:
+                continue
+            try:
+                data = path.read_bytes()
+            except FileNotFoundError:  # evicted meanwhile by a pool thread
+                continue
+            assert self.tier_version(key, data) is not None, f"file of {key!r}"
+
+    @invariant()
+    def events_describe_both_tiers(self) -> None:
+        self.apply_events()
+        assert self.announced == set(self.model.ready)
+        if not self.tier.has_pending_work():
+            self.apply_events()  # nothing runs: the tier's events are all in
+            assert self.tier_announced == set(self.file_tier().stored_keys())
+
+    def teardown(self) -> None:
+        try:
+            self.manager.shutdown()
+        finally:
+            super().teardown()
+            shutil.rmtree(self.directory, ignore_errors=True)
+
+
+FILE_SETTINGS = settings(SETTINGS, max_examples=25)
+
+
+class FileTierWriteThrough(FileTierIntegrityMachine):
+    pass
+
+
+class FileTierWriteBack(FileTierIntegrityMachine):
+    cascade = "write-back"
+    max_promotions = 1
+
+
+TestTieredIntegrityFileTier = FileTierWriteThrough.TestCase
+TestTieredIntegrityFileTier.settings = FILE_SETTINGS
+TestTieredIntegrityFileTierWriteBack = FileTierWriteBack.TestCase
+TestTieredIntegrityFileTierWriteBack.settings = FILE_SETTINGS
