@@ -11,6 +11,7 @@ import pytest
 
 from kvoffload import (
     CPUOffloadingManager,
+    FileSystemTier,
     MemoryTier,
     TieredOffloadingManager,
 )
@@ -454,3 +455,79 @@ def test_a_primary_and_tiers_are_required() -> None:
         TieredOffloadingManager(object(), [MemoryTier(2)])  # type: ignore[arg-type]
     with pytest.raises(ConfigurationError):
         TieredOffloadingManager(CPUOffloadingManager(16, 2), [object()])  # type: ignore[list-item]
+
+
+# --- over the file tier ---------------------------------------------------------
+
+
+def file_setup(tmp_path: object, slots: int = 4) -> tuple[
+    TieredOffloadingManager, FileSystemTier, np.ndarray
+]:
+    memory = np.zeros((slots, 4096), dtype=np.uint8)
+    tier = FileSystemTier(str(tmp_path), 32, memory.data, num_threads=2, enable_events=True)
+    primary = CPUOffloadingManager(16, slots, enable_events=True)
+    return TieredOffloadingManager(primary, [tier], max_promotions_in_flight=slots), tier, memory
+
+
+def test_a_round_trip_through_files(tmp_path: object) -> None:
+    manager, tier, memory = file_setup(tmp_path)
+    out = manager.prepare_store([A, B], CTX)
+    assert out is not None
+    slots = [int(s) for s in out.store_spec.block_ids]  # type: ignore[attr-defined]
+    memory[slots[0]], memory[slots[1]] = 1, 2
+    manager.complete_store([A, B], CTX)
+    tier.drain_jobs()
+    manager.poll()
+    assert tier.stored_keys() == {A, B}
+    manager.reset_cache()
+    memory[:] = 0
+    assert manager.lookup_prefix([A, B], CTX) is None
+    manager.on_schedule_end()
+    tier.drain_jobs()
+    manager.poll()
+    assert manager.lookup_prefix([A, B], CTX) == 2
+    a, b = manager.slot_of(A), manager.slot_of(B)
+    assert a is not None and b is not None
+    assert (memory[a] == 1).all() and (memory[b] == 2).all()
+    manager.shutdown()
+
+
+def test_a_poller_thread_under_the_lock(tmp_path: object) -> None:
+    """A second thread polls under the callers' lock while the scheduler
+    thread stores and looks up under it: every promotion ends READY."""
+    manager, tier, memory = file_setup(tmp_path, slots=8)
+    keys = [key(n) for n in range(6)]
+    for position, k in enumerate(keys):
+        out = manager.prepare_store([k], CTX)
+        assert out is not None
+        memory[manager.slot_of(k)] = position + 1
+        manager.complete_store([k], CTX)
+    tier.drain_jobs()
+    manager.poll()
+    manager.reset_cache()
+    stop = threading.Event()
+
+    def poller() -> None:
+        while not stop.is_set():
+            with manager.lock:
+                manager.poll()
+            stop.wait(0.001)
+
+    thread = threading.Thread(target=poller, daemon=True)
+    thread.start()
+    try:
+        for _ in range(200):
+            with manager.lock:
+                found = manager.lookup_prefix(keys, CTX)
+                if found == len(keys):
+                    break
+                manager.on_schedule_end()
+            stop.wait(0.005)
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+    assert not thread.is_alive()
+    assert found == len(keys)
+    for position, k in enumerate(keys):
+        assert (memory[manager.slot_of(k)] == position + 1).all()
+    manager.shutdown()
