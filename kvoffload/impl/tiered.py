@@ -80,8 +80,8 @@ class TierStats:
     cascades_done: list[int]
     cascades_failed: list[int]
     promotions_refused: int = 0
-    """Keys a tier held that were answered as a miss: the bound on
-    promotions in flight was reached or the primary had no room."""
+    """Lookups that left a key a tier held unpromoted: the bound on
+    promotions in flight was reached, or the primary had no room."""
 
     @classmethod
     def for_tiers(cls, count: int) -> TierStats:
@@ -282,6 +282,7 @@ class TieredOffloadingManager(OffloadingManager):
         past ``start`` is readable."""
         promoting = self._promoting
         primary = self.primary
+        room = self.max_promotions_in_flight - len(promoting)
         ask_again = False
         wanted: dict[OffloadKey, int] = {}  # key -> tier, in prefix order
         end = start
@@ -289,9 +290,7 @@ class TieredOffloadingManager(OffloadingManager):
             key = keys[position]
             if key in promoting:
                 ask_again = True
-            elif key in wanted:
-                pass
-            else:
+            elif key not in wanted:
                 kind = primary.phase(key).kind
                 if kind is PhaseKind.PENDING:
                     break  # a GPU store in flight: not readable yet
@@ -299,6 +298,9 @@ class TieredOffloadingManager(OffloadingManager):
                     source, retry = self._tier_holding(key, req_context)
                     if source is None:
                         ask_again = ask_again or retry
+                        break
+                    if len(wanted) >= room:
+                        self.stats.promotions_refused += 1  # the bound
                         break
                     wanted[key] = source
                 # READY/LOADING past a key being promoted: readable later
@@ -330,25 +332,22 @@ class TieredOffloadingManager(OffloadingManager):
         wanted: dict[OffloadKey, int],
         req_context: ReqContext,
     ) -> int:
-        """Allocate primary slots for the first keys of ``wanted`` the bound
-        allows and batch their load jobs; returns how many started. The
+        """Allocate primary slots for ``wanted`` (all of them, else its first
+        key alone) and batch their load jobs; returns how many started. The
         other keys of ``prefix`` are offered along, so the core protects
         them from this allocation's evictions."""
-        room = self.max_promotions_in_flight - len(self._promoting)
-        chosen = list(wanted)[: max(0, room)]
-        output: PrepareStoreOutput | None = None
-        if chosen:
-            last = prefix.index(chosen[-1])
-            output = self.primary.prepare_store(prefix[: last + 1], req_context)
-            if output is None and len(chosen) > 1:
-                chosen = chosen[:1]
-                output = self.primary.prepare_store(
-                    prefix[: prefix.index(chosen[0]) + 1], req_context
-                )
+        chosen = list(wanted)
+        last = prefix.index(chosen[-1])
+        output = self.primary.prepare_store(prefix[: last + 1], req_context)
+        if output is None and len(chosen) > 1:
+            chosen = chosen[:1]
+            output = self.primary.prepare_store(
+                prefix[: prefix.index(chosen[0]) + 1], req_context
+            )
+        if output is None or len(chosen) < len(wanted):
+            self.stats.promotions_refused += 1  # no room in the primary
         if output is None:
-            self.stats.promotions_refused += len(wanted)
             return 0
-        self.stats.promotions_refused += len(wanted) - len(chosen)
         allocated = set(output.keys_to_store)
         if allocated != set(chosen):  # the core's contract makes this impossible
             raise OffloadingError(
