@@ -12,6 +12,7 @@ import pytest
 from kvoffload import (
     CPUOffloadingManager,
     FileSystemTier,
+    FilterReusedOffloadingManager,
     MemoryTier,
     TieredOffloadingManager,
 )
@@ -532,3 +533,17 @@ def test_a_poller_thread_under_the_lock(tmp_path: object) -> None:
     for position, k in enumerate(keys):
         assert (memory[manager.slot_of(k)] == position + 1).all()
     manager.shutdown()
+
+
+def test_a_reuse_filter_goes_in_front_of_the_tiered_manager() -> None:
+    manager, (tier,) = make(immediate=True)
+    filtered = FilterReusedOffloadingManager(manager, store_threshold=2)
+    assert filtered.lookup(A, CTX) is False
+    out = filtered.prepare_store([A], CTX)
+    assert out is not None and out.keys_to_store == ()  # seen once: not stored
+    assert filtered.lookup(A, CTX) is False
+    out = filtered.prepare_store([A], CTX)
+    assert out is not None and out.keys_to_store == (A,)
+    filtered.complete_store([A], CTX)
+    filtered.on_schedule_end()  # forwarded: the cascade's result is taken
+    assert A in tier and manager.phase(A) == READY
