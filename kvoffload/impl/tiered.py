@@ -30,6 +30,7 @@ in ``docs/DECISIONS.md``; the user guide is ``docs/TIERS.md``.
 from __future__ import annotations
 
 import enum
+import logging
 import threading
 from collections import Counter
 from collections.abc import Collection, Iterable, Sequence
@@ -54,6 +55,8 @@ from kvoffload.spec.errors import (
 from kvoffload.spec.keys import OffloadKey
 from kvoffload.spec.lifecycle import Call, Phase, PhaseKind
 from kvoffload.spec.tier_contract import SecondaryTier, TierJob
+
+logger = logging.getLogger(__name__)
 
 
 class CascadeMode(enum.Enum):
@@ -126,8 +129,9 @@ class TieredOffloadingManager(OffloadingManager):
     being promoted and ``complete_load`` beyond the caller's own loads (a
     cascade's pin is not the caller's) are illegal. A tier that reports a
     job it was never given, or keys outside a job, raises
-    :class:`OffloadingError`. Raises :class:`ConfigurationError` for a bad
-    option.
+    :class:`OffloadingError`; a tier whose ``submit_*`` raises fails that
+    job at once (logged), as if it had reported it failed. Raises
+    :class:`ConfigurationError` for a bad option.
     """
 
     def __init__(
@@ -454,11 +458,19 @@ class TieredOffloadingManager(OffloadingManager):
         self._next_job_id += 1
         self._jobs[job.job_id] = _Job(tier_index, job)
         tier = self.tiers[tier_index]
-        if is_promotion:
-            tier.submit_load(job)
-        else:
+        if not is_promotion:
             self.stats.cascades_started[tier_index] += len(keys)
-            tier.submit_store(job)
+        try:
+            if is_promotion:
+                tier.submit_load(job)
+            else:
+                tier.submit_store(job)
+        except Exception as error:  # noqa: BLE001 - a tier's failure is the job's
+            # a tier that refuses a job (closed, malformed...) fails it now:
+            # the promotion's keys are a miss, the cascade's pins released
+            logger.warning("tier %d refused job %d: %s", tier_index, job.job_id, error)
+            del self._jobs[job.job_id]
+            self._finish(tier_index, job, frozenset())
 
     # --- the step -------------------------------------------------------
 

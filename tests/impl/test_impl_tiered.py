@@ -547,3 +547,23 @@ def test_a_reuse_filter_goes_in_front_of_the_tiered_manager() -> None:
     filtered.complete_store([A], CTX)
     filtered.on_schedule_end()  # forwarded: the cascade's result is taken
     assert A in tier and manager.phase(A) == READY
+
+
+def test_a_tier_refusing_a_job_fails_it_at_once() -> None:
+    class Closed(MemoryTier):
+        def submit_store(self, job: object) -> None:
+            raise RuntimeError("closed")
+
+        def submit_load(self, job: object) -> None:
+            raise RuntimeError("closed")
+
+    tier = Closed(4)
+    manager = TieredOffloadingManager(CPUOffloadingManager(16, 4), [tier])
+    store(manager, A)  # the cascade fails at submit: the pin is released
+    assert manager.phase(A) == READY and manager.jobs_in_flight == 0
+    assert manager.stats.cascades_failed == [1]
+    tier._chunks[B] = None  # the tier holds B
+    assert manager.lookup(B, CTX) is None
+    manager.on_schedule_end()  # the promotion fails at submit: a miss
+    assert manager.phase(B).kind is PhaseKind.ABSENT and not manager.is_promoting(B)
+    assert not manager.has_pending_work()
