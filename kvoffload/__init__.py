@@ -20,7 +20,9 @@ from kvoffload.impl import (
     FsyncPolicy,
     LRUCachePolicy,
     LRUOffloadingManager,
+    MemoryTier,
     OffloadingManagerCore,
+    TieredOffloadingManager,
     make_cache_policy,
 )
 from kvoffload.impl.specs import GPULoadStoreSpec
@@ -87,6 +89,7 @@ __all__ = [
     "LRUCachePolicy",
     "LRUOffloadingManager",
     "LoadStoreSpec",
+    "MemoryTier",
     "OffloadKey",
     "OffloadingError",
     "OffloadingEvent",
@@ -102,6 +105,7 @@ __all__ = [
     "RequestOffloadingContext",
     "TierClosedError",
     "TransferError",
+    "TieredOffloadingManager",
     "TransferResult",
     "get_offload_block_hash",
     "get_offload_group_idx",

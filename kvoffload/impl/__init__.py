@@ -12,6 +12,7 @@ from kvoffload.impl.manager import (
     LRUOffloadingManager,
     OffloadingManagerCore,
 )
+from kvoffload.impl.memtier import MemoryTier
 from kvoffload.impl.policies import (
     ARCCachePolicy,
     CachePolicy,
@@ -20,6 +21,7 @@ from kvoffload.impl.policies import (
 )
 from kvoffload.impl.reuse import FilterReusedOffloadingManager
 from kvoffload.impl.specs import BlockIDsLoadStoreSpec, CPULoadStoreSpec
+from kvoffload.impl.tiered import CascadeMode, TieredOffloadingManager
 
 __all__ = [
     "ARCCachePolicy",
@@ -30,11 +32,14 @@ __all__ = [
     "CPULoadStoreSpec",
     "CPUOffloadingManager",
     "CachePolicy",
+    "CascadeMode",
     "FileSystemTier",
     "FilterReusedOffloadingManager",
     "FsyncPolicy",
     "LRUCachePolicy",
     "LRUOffloadingManager",
+    "MemoryTier",
     "OffloadingManagerCore",
+    "TieredOffloadingManager",
     "make_cache_policy",
 ]
