@@ -249,7 +249,7 @@ def _audit(
     check: str | None = None
     if isinstance(failure, Discrepancy):
         invariant, key, message = failure.invariant, failure.key, str(failure)
-        check = failure.check
+        check = failure.check  # set only where the harness does not judge the call
     else:
         invariant, key = Invariant.CRASH, None
         message = f"the manager raised {type(failure).__name__}: {failure}"
@@ -270,6 +270,7 @@ def _audit(
         failure=message,
         check=check,
         context_import=context_import,
+        config=config,
     )
     return attrs.evolve(
         passed,
