@@ -43,13 +43,17 @@ def conformance_test(
     supports_reset: bool | None = None,
     max_examples: int | None = None,
     context_factory: ContextFactory | None = None,
+    seed: int | None = None,
 ) -> Callable[[], None]:
     """A test function auditing ``factory``: assign it to a ``test_*`` name.
 
     ``test_my_backend = conformance_test(make_backend, policy="any")``. The
     budget is the audit's default unless ``max_examples`` is given, or the
     active Hypothesis profile asks for more (``deep``). The test fails with
-    the audit's report and replay script.
+    the audit's report and replay script (which imports ``factory`` by its
+    module and name when it is a module-level callable). ``seed`` fixes the
+    audit (default: a fresh seed each run, or ``KVOFFLOAD_AUDIT_SEED``);
+    the report names the seed either way.
     """
 
     def test() -> None:
@@ -70,6 +74,7 @@ def conformance_test(
             supports_reset=supports_reset,
             max_examples=budget,
             context_factory=context_factory,
+            seed=seed,
         )
         if not report.passed:
             raise AssertionError(report.render())

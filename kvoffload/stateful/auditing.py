@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import random
+import sys
 import time
 from collections.abc import Callable
 
@@ -164,7 +165,8 @@ def audit(
     (``AuditReport.seed``) so the audit replays with ``seed=``. ``max_blocks``/``num_keys``: each run
     draws 1..``max_blocks`` blocks and uses part of a universe of
     ``num_keys`` keys (two KV groups per block hash). ``factory_import`` (``"module:callable"``) lets the
-    replay script import the factory. ``context_factory(req_id)`` builds the
+    replay script import the factory (default: the factory's own module and
+    name, when that imports it back). ``context_factory(req_id)`` builds the
     request context the manager takes (default ``ReqContext``; one object
     per request, kept for its lifetime); ``context_import``
     (``"module:callable"``) lets the replay script build it the same way.
@@ -196,6 +198,8 @@ def audit(
     if seed is None:
         seed = _default_seed()
     target = name or str(getattr(factory, "__qualname__", repr(factory)))
+    if factory_import is None:
+        factory_import = import_path_of(factory)
     report = _audit(config, target, seed, max_examples, stateful_step_count, factory_import,
                     context_import)
     if report.illegal_call_damage:
@@ -203,6 +207,23 @@ def audit(
                            max_examples, stateful_step_count, factory_import, context_import)
         report = attrs.evolve(report, without_illegal_calls=follow_up)
     return report
+
+
+def import_path_of(factory: object) -> str | None:
+    """``"module:name"`` importing ``factory`` itself, when it is reachable
+    by its module and qualified name (a module-level function or class, or
+    an attribute path through classes); else None."""
+    module_name = getattr(factory, "__module__", None)
+    qualname = getattr(factory, "__qualname__", None)
+    if not isinstance(module_name, str) or not isinstance(qualname, str):
+        return None
+    if "<" in qualname or module_name == "__main__":
+        return None
+    module = sys.modules.get(module_name)
+    found: object = module
+    for part in qualname.split("."):
+        found = getattr(found, part, None)
+    return f"{module_name}:{qualname}" if found is factory else None
 
 
 def _audit(
