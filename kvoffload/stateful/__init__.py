@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 from hypothesis import settings
 
-from kvoffload.spec.contract import OffloadingManager
+from kvoffload.spec.contract import ManagerProtocol
 from kvoffload.spec.profile import DEFAULT, Profile
 from kvoffload.stateful.auditing import DEFAULT_EXAMPLES, AuditReport, audit
 from kvoffload.stateful.harness import (
@@ -34,7 +34,7 @@ from kvoffload.stateful.profiles import register_profiles
 
 
 def conformance_test(
-    factory: Callable[[int], OffloadingManager],
+    factory: Callable[[int], ManagerProtocol],
     *,
     policy: str = "any",
     reuse_filter: ReuseFilterParams | None = None,
@@ -84,7 +84,7 @@ def conformance_test(
 
 
 def machine_test_case(
-    factory: Callable[[int], OffloadingManager],
+    factory: Callable[[int], ManagerProtocol],
     *,
     policy: str = "any",
     reuse_filter: ReuseFilterParams | None = None,
@@ -116,6 +116,7 @@ __all__ = [
     "LegacyManagerAdapter",
     "LegacyOffloadingManager",
     "ManagerMachine",
+    "ManagerProtocol",
     "ReuseFilterParams",
     "audit",
     "conformance_test",

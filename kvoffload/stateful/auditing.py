@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 import attrs
 
-from kvoffload.spec.contract import OffloadingManager
+from kvoffload.spec.contract import ManagerProtocol
 from kvoffload.spec.invariants import Invariant
 from kvoffload.spec.model import Operation
 from kvoffload.spec.profile import DEFAULT, Profile
@@ -130,7 +130,7 @@ def _default_seed() -> int:
 
 
 def audit(
-    factory: Callable[[int], OffloadingManager],
+    factory: Callable[[int], ManagerProtocol],
     *,
     policy: str = "any",
     max_examples: int | None = None,

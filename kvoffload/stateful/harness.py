@@ -21,8 +21,8 @@ from kvoffload.spec.contract import (
     InspectableManager,
     InspectablePolicy,
     LookupResult,
+    ManagerProtocol,
     OffloadingEvent,
-    OffloadingManager,
     ReqContext,
 )
 from kvoffload.spec.errors import InvalidKeyError, OffloadingError
@@ -44,7 +44,9 @@ from kvoffload.spec.reuse import ReuseFilterModel
 from kvoffload.stateful.outputs import EventMetadata, compact_call, store_slots
 
 Model = Union[ManagerModel, ReuseFilterModel]
-ManagerFactory = Callable[[int], OffloadingManager]
+ManagerFactory = Callable[[int], ManagerProtocol]
+"""``factory(num_blocks)``: a fresh manager, any object with the contract's
+methods (:class:`~kvoffload.spec.contract.ManagerProtocol`)."""
 ContextFactory = Callable[[str], object]
 """``context_factory(req_id)``: the request context a backend takes (the kit
 builds one per request and passes that object with every call of the

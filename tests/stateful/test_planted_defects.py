@@ -16,6 +16,7 @@ import subprocess
 import sys
 from collections.abc import Callable, Collection, Iterable, Sequence
 from pathlib import Path
+from typing import cast
 
 import attrs
 import pytest
@@ -407,7 +408,7 @@ def assert_script_reproduces(report: AuditReport, config: KitConfig) -> None:
     """The printed script, run for real, makes calls that break the same
     invariant when replayed through the kit."""
     assert report.script is not None
-    recorder = run_script(report.script, config.factory)
+    recorder = run_script(report.script, cast(ManagerFactory, config.factory))
     num_blocks = int(report.script.split("Replay(factory, ")[1].split(",")[0])
     _, failure = replay(config, num_blocks, recorder.ops)
     assert failure is not None, f"the script did not reproduce the failure:\n{report.script}"
