@@ -209,6 +209,19 @@ def audit(
     return report
 
 
+MESSAGE_LIMIT = 600
+"""Characters of a finding's message kept (a probe's drain can name
+hundreds of keys; the replay script holds every call whole)."""
+
+
+def cut(text: str, limit: int = MESSAGE_LIMIT) -> str:
+    """``text`` with its middle cut out when longer than ``limit``."""
+    if len(text) <= limit:
+        return text
+    keep = limit // 2
+    return f"{text[:keep]} ... ({len(text) - 2 * keep} characters cut) ... {text[-keep:]}"
+
+
 def import_path_of(factory: object) -> str | None:
     """``"module:name"`` importing ``factory`` itself, when it is reachable
     by its module and qualified name (a module-level function or class, or
@@ -274,6 +287,7 @@ def _audit(
     else:
         invariant, key = Invariant.CRASH, None
         message = f"the manager raised {type(failure).__name__}: {failure}"
+    message = cut(message)
     trace = harness.trace if harness is not None else []
     culprit = _damaging_illegal_call(config, num_blocks, trace)
     if culprit is not None:

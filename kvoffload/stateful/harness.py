@@ -28,6 +28,7 @@ from kvoffload.spec.contract import (
 from kvoffload.spec.errors import InvalidKeyError, OffloadingError
 from kvoffload.spec.invariants import Invariant, check_state
 from kvoffload.spec.keys import OffloadKey, make_offload_key, validate_offload_key
+from kvoffload.spec.lifecycle import PhaseKind
 from kvoffload.spec.model import (
     Answer,
     ManagerModel,
@@ -470,9 +471,12 @@ class Harness:
             after, expected = before.apply(chosen)
         except SpecViolation as violation:
             key = victims[0] if victims and violation.invariant is Invariant.EVICTION else None
+            reason = violation.reason
+            if violation.invariant is Invariant.EVICTION and victims:
+                reason += " — " + "; ".join(_victim_roles(before, op, victims))
             raise Discrepancy(
                 violation.invariant,
-                _named(violation.reason),
+                _named(reason) + self._filter_hint(before, op, keys_to_store),
                 key,
             ) from violation
         if not isinstance(expected, StoreResult):
@@ -484,9 +488,31 @@ class Harness:
                 _named(
                     f"keys_to_store {list(keys_to_store)!r}, expected "
                     f"{list(expected.keys_to_store)!r}"
-                ),
+                )
+                + self._filter_hint(before, op, keys_to_store),
             )
         self.model = after
+
+    def _filter_hint(
+        self, before: Model, op: PrepareStore, keys_to_store: Sequence[object]
+    ) -> str:
+        """A hint when the manager stored fewer of the offered keys than the
+        specification would, and no reuse filter was declared: the likely
+        cause is a reuse filter audited without its parameters."""
+        if self.config.reuse_filter is not None:
+            return ""
+        wanted = before.apply(attrs.evolve(op, victims=None, slots=None))[1]
+        if not isinstance(wanted, StoreResult):
+            return ""
+        if len(keys_to_store) >= len(wanted.keys_to_store):
+            return ""
+        return (
+            f" (the manager stored {len(keys_to_store)} of the "
+            f"{len(wanted.keys_to_store)} new keys offered: if it is a reuse filter, "
+            "which stores a key only once it was looked up often enough, audit it with "
+            "its parameters: --reuse-threshold K --tracker-size N, or "
+            "reuse_filter=ReuseFilterParams(K, N))"
+        )
 
     def _load_answer(self, op: Operation) -> None:
         expected = self._expect(op)
@@ -649,6 +675,27 @@ def _named(text: str) -> str:
 
 def _keys(keys: Sequence[object]) -> str:
     return "[" + ", ".join(key_name(k) for k in keys) + "]"
+
+
+def _victim_roles(before: Model, op: Operation, victims: Sequence[OffloadKey]) -> list[str]:
+    """What each victim of a wrong eviction was, and so which rule it broke:
+    offered in the call (3 protection), not READY (2 eviction safety), or a
+    READY key the policy's model would not evict."""
+    core = core_of(before)
+    roles = []
+    for victim in victims:
+        name = key_name(victim)
+        phase = core.phase(victim)
+        if victim in op.keys_mentioned:
+            roles.append(f"{name} was offered in this call (rule 3: a store keeps the keys "
+                         "it is offered)")
+        elif phase.kind is PhaseKind.READY:
+            roles.append(f"{name} was READY: a legal victim, but not the policy's")
+        elif phase.kind is PhaseKind.ABSENT:
+            roles.append(f"{name} was not stored (rule 2: only READY blocks are evicted)")
+        else:
+            roles.append(f"{name} was {phase} (rule 2: only READY blocks are evicted)")
+    return roles
 
 
 def _render_events(events: Sequence[tuple[tuple[OffloadKey, ...], bool]]) -> str:

@@ -139,3 +139,15 @@ def pending_hits(num_blocks: int) -> OffloadingManager:
 
 def announces_failed_stores(num_blocks: int) -> OffloadingManager:
     return AnnouncesFailedStores(num_blocks)
+
+
+class EvictsReaders(DictLRUManager):
+    """Defect: a block being loaded may be evicted."""
+
+    def victims(self, need: int, offered: Collection[OffloadKey]) -> list[OffloadKey] | None:
+        chosen = [k for k, e in self.blocks.items() if e.ref_cnt >= 0 and k not in offered][:need]
+        return chosen if len(chosen) == need else None
+
+
+def evicts_readers(num_blocks: int) -> OffloadingManager:
+    return EvictsReaders(num_blocks)
