@@ -148,6 +148,7 @@ def audit(
     context_import: str | None = None,
     max_requests: int = 3,
     illegal_calls: bool = True,
+    scale: bool = True,
 ) -> AuditReport:
     """Audit the managers ``factory(num_blocks)`` builds against the spec.
 
@@ -173,6 +174,8 @@ def audit(
     ``max_requests``: how many requests are open at once. ``illegal_calls``:
     make illegal calls (see :class:`AuditReport` for what happens when one
     damages the manager); False leaves them out from the start.
+    ``scale``: about one run in 25 is at scale (12-100 blocks, offers and
+    chains of up to 64 keys, KV-group indices up to ``2**32 - 1``).
     """
     if reuse_filter is not None and reuse_filter.max_tracker_size <= 16:
         # the filter's protection rule shows only once a stored key's count
@@ -190,6 +193,7 @@ def audit(
         max_requests=max_requests,
         context_factory=context_factory or default_context,
         illegal_calls=illegal_calls,
+        scale=scale,
     )
     if max_examples is None:
         max_examples = DEFAULT_EXAMPLES

@@ -11,6 +11,7 @@ class, so they check the same things.
 
 from __future__ import annotations
 
+import ast
 import re
 from collections.abc import Callable, Sequence
 from typing import Union, cast
@@ -139,6 +140,10 @@ class KitConfig:
     refuses is left out, not made: for looking past a backend known to be
     damaged by illegal calls, which an engine never makes.
 
+    ``scale``: now and then a run at scale (dozens to hundreds of blocks,
+    long offers and chains, KV-group indices past one, two and three bytes;
+    :mod:`kvoffload.stateful.swarm`).
+
     ``typed_errors`` and ``supports_reset`` are the older spelling of
     ``profile.errors`` and ``profile.has_reset``: when given (not None) they
     override those options; afterwards both read the profile's values.
@@ -157,6 +162,7 @@ class KitConfig:
     context_factory: ContextFactory = attrs.field(factory=lambda: default_context)
     max_requests: int = 3
     illegal_calls: bool = True
+    scale: bool = True
 
     def __attrs_post_init__(self) -> None:
         if self.policy not in POLICIES:
@@ -283,6 +289,8 @@ class Harness:
         the first disagreement or broken invariant."""
         before, recorded = self.model, len(self.trace)
         self.answer = None
+        if len(op.keys_mentioned) <= TRACKED_MENTIONS:
+            self._track(op.keys_mentioned)
         if op.answer is Answer.STORE:
             try:
                 for key in op.keys_mentioned:
@@ -302,6 +310,13 @@ class Harness:
         self.check_state()
         if self.observer is not None:
             self.observer(before, op, self.model)
+
+    def _track(self, keys: Sequence[OffloadKey]) -> None:
+        """Keys of the scale universe join ``keys`` (whose phases are
+        compared) when first named: a replay checks them as the run did."""
+        for key in keys:
+            if isinstance(key, bytes) and key.startswith(SCALE_PREFIX) and key not in self.keys:
+                self.keys += (key,)
 
     def _expect(self, op: Operation) -> Result:
         """The model's answer to ``op``, the model moved on; an illegal call
@@ -633,13 +648,28 @@ def lookup_agrees(actual: object, expected: object) -> bool:
     return actual == expected
 
 
+SCALE_PREFIX = b"big"
+"""How the block hash of a key of a run at scale begins."""
+
+TRACKED_MENTIONS = 64
+"""Calls naming more keys (a probe's flood) add none to a harness's keys."""
+
+
+def scale_key(block: int, group: int) -> OffloadKey:
+    """Key ``S(block, group)`` of a run at scale."""
+    return make_offload_key(SCALE_PREFIX + b"%04d" % block, group)
+
+
 def key_name(key: object) -> str:
-    """How a key of the kit's universe is written in a replay script."""
+    """How a key of the kit's universe is written in a replay script:
+    ``K[i]``, ``S(h, g)`` for a key of a run at scale, else its literal."""
     if isinstance(key, bytes):
         name = _KEY_NAMES.get(key)
         if name is None:
             if key.startswith(b"blk") and len(key) == 9:
                 name = f"K[{2 * int(key[3:5]) + key[8]}]"
+            elif key.startswith(SCALE_PREFIX) and len(key) == 11 and key[3:7].isdigit():
+                name = f"S({int(key[3:7])}, {int.from_bytes(key[7:], 'big')})"
             else:
                 name = repr(key)
             if len(_KEY_NAMES) < 4096:
@@ -665,12 +695,19 @@ SCRIPT_SPELLING = _ScriptSpelling()
 
 
 def _named(text: str) -> str:
-    """``text`` with the kit's keys written as ``K[i]``."""
-    return re.sub(
-        r"b'blk(\d\d)\\x00\\x00\\x00\\x0([01])'",
-        lambda m: f"K[{2 * int(m[1]) + int(m[2])}]",
-        text,
-    )
+    """``text`` with the kit's keys written as ``K[i]`` (or ``S(h, g)``)."""
+    return _BYTES_LITERAL.sub(_literal_name, text)
+
+
+_BYTES_LITERAL = re.compile(r"b'(?:blk|big)[^'\\]*(?:\\.[^'\\]*)*'")
+
+
+def _literal_name(match: re.Match[str]) -> str:
+    try:
+        value = ast.literal_eval(match[0])
+    except (ValueError, SyntaxError):
+        return match[0]
+    return key_name(value) if isinstance(value, bytes) else match[0]
 
 
 def _keys(keys: Sequence[object]) -> str:
@@ -753,7 +790,7 @@ def render_script(
         config_arguments(config) if config is not None else f"num_keys={num_keys}"
     )
     lines += [
-        "from kvoffload.stateful.replaying import Replay, expect",
+        "from kvoffload.stateful.replaying import Replay, S, expect",
         "",
         f"replay = Replay(factory, {num_blocks}, {arguments}, make_context=make_context)",
         "m, K, ctx = replay.manager, replay.keys, replay.ctx",

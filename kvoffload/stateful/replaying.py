@@ -43,6 +43,7 @@ from kvoffload.spec.model import (
     Touch,
 )
 from kvoffload.spec.profile import DEFAULT, Profile, profile_named
+from kvoffload.spec.keys import OffloadKey
 from kvoffload.stateful.harness import (
     ContextFactory,
     Discrepancy,
@@ -51,6 +52,7 @@ from kvoffload.stateful.harness import (
     ManagerFactory,
     ReuseFilterParams,
     default_context,
+    scale_key,
 )
 
 REPLAY_END = "# --- end of the replay script ---"
@@ -204,6 +206,11 @@ _BUILDERS: dict[str, Callable[[Harness, Sequence[Any], dict[str, Any]], Operatio
 }
 
 
+def S(block: int, group: int) -> OffloadKey:  # noqa: N802 - a key's name in replays
+    """Key ``S(block, group)`` of a run at scale (block hash ``big%04d``)."""
+    return scale_key(block, group)
+
+
 def expect(actual: object, expected: object, what: str) -> None:
     """Raise ``AssertionError`` unless ``actual == expected`` (the check a
     script runs on the last answer where the harness does not judge it)."""
@@ -242,6 +249,7 @@ __all__ = [
     "REPLAY_END",
     "CheckedManager",
     "Replay",
+    "S",
     "config_arguments",
     "expect",
     "profile_from",
