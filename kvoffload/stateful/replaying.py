@@ -26,6 +26,7 @@ from typing import Any
 
 import attrs
 
+from kvoffload.spec.keys import OffloadKey
 from kvoffload.spec.model import (
     CompleteLoad,
     CompleteStore,
@@ -43,7 +44,6 @@ from kvoffload.spec.model import (
     Touch,
 )
 from kvoffload.spec.profile import DEFAULT, Profile, profile_named
-from kvoffload.spec.keys import OffloadKey
 from kvoffload.stateful.harness import (
     ContextFactory,
     Discrepancy,
