@@ -67,10 +67,10 @@ key), a long hash with a high group index. One joins the keys of some runs."""
 ODD_KEY_SHARE = 0.25
 
 
-SCALE_SHARE = 0.04
+SCALE_SHARE = 0.02
 """The share of runs drawn at scale (when the configuration allows it)."""
 
-SCALE_BLOCKS = (12, 40, 64, 100)
+SCALE_BLOCKS = (12, 24, 40, 64)
 """The capacities of a run at scale: past a machine word of slots, past a
 32-key prefix, up to a few hundred keys in play."""
 
@@ -190,12 +190,14 @@ def _lookup_prefix(run: Run) -> None:
     run.step(LookupPrefix(run.some(run.keys, 0), request=run.request()))
 
 
-def _lookup_chain(run: Run) -> None:
-    """A chain of readable keys then one more, looked up as a scheduler
-    does: the whole readable prefix must be found, however long."""
+def _lookup_chain(run: Run, whole: bool | None = None) -> None:
+    """A chain of readable keys (``whole``: all of them, as long as the
+    capacity allows; at random by default) then one more, looked up as a
+    scheduler does: the whole readable prefix must be found, however long."""
     ready = run.of(PhaseKind.READY, PhaseKind.LOADING)
     if ready:
-        whole = run.rng.random() < 0.5  # all of them: as long as the capacity allows
+        if whole is None:
+            whole = run.rng.random() < 0.5
         chain = (tuple(run.rng.sample(ready, len(ready))) if whole else run.subset(ready))
         chain += run.some(run.keys, 0, 1)
         run.step(LookupPrefix(chain, request=run.request()))
@@ -548,10 +550,11 @@ def run_plan(
             keys += (rng.choice(ODD_KEYS),)
     harness.keys = keys
     run = Run(harness, rng, keys, max_batch)
-    if plan.scale:  # fill most of the capacity first: long READY chains to look up
-        while len(run.core.blocks) < plan.num_blocks * 3 // 4 and run.of(PhaseKind.ABSENT):
+    if plan.scale:  # fill the capacity first, and read the chain back whole
+        while len(run.core.blocks) < plan.num_blocks and run.of(PhaseKind.ABSENT):
             if not _store_and_complete_new(run):
                 break
+        _lookup_chain(run, whole=True)
     names = [name for name, _ in plan.mix]
     weights = [weight for _, weight in plan.mix]
     acts = [_BY_NAME[name].act for name in names]
