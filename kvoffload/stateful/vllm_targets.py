@@ -375,7 +375,7 @@ def release_line(version: str, target: str, report: AuditReport) -> str:
     text = f"FAIL {target}: invariant {report.invariant}"
     if report.illegal_call_damage:
         text += " (an illegal call changed the manager)"
-    text += finding_tag(version, target, report)
+    text += f"{finding_tag(version, target, report)} ({_counts(report)})"
     follow_up = report.without_illegal_calls
     if follow_up is not None:
         if follow_up.passed:
@@ -385,7 +385,7 @@ def release_line(version: str, target: str, report: AuditReport) -> str:
                 f"; without illegal calls: FAIL: invariant {follow_up.invariant}"
                 f"{finding_tag(version, target, follow_up)} ({_counts(follow_up)})"
             )
-    return f"{text} ({_counts(report)})"
+    return text
 
 
 def run_release_audit(args: argparse.Namespace) -> int:
