@@ -93,3 +93,20 @@ def test_a_local_factory_keeps_the_placeholder() -> None:
 
     report = audit(local, policy="any", seed=3, max_examples=60)
     assert report.script is not None and "from your_module import factory" in report.script
+
+
+@pytest.mark.parametrize(("fail_on", "status"), [("any", 1), ("engine", 0)])
+def test_fail_on_engine_judges_damage_by_the_audit_without_illegal_calls(
+    tmp_path: Path, fail_on: str, status: int
+) -> None:
+    # pins keys before it asserts: an illegal load damages it; without
+    # illegal calls it is a correct LRU
+    got, _, json_path = cli(
+        tmp_path, "tests.stateful.test_illegal_call_damage:PinsBeforeChecking", "lru",
+        "--no-typed-errors", "--fail-on", fail_on,
+    )
+    assert got == status
+    [row] = json.loads(json_path.read_text())["targets"]
+    assert row["verdict"].startswith("FAIL: invariant errors (an illegal call changed the manager)")
+    assert row["verdict"].endswith("without illegal calls: PASS")
+    assert row["failed"] is (status == 1)
