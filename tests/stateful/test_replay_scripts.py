@@ -94,3 +94,22 @@ def test_the_fixed_versions_keep_the_specification(name: str, policy: str) -> No
     module = __import__(MODULE, fromlist=[name])
     report = audit(getattr(module, name), policy=policy, seed=5, max_examples=150)
     assert report.passed, report.render()
+
+
+def test_a_protocol_finding_replays_with_its_check() -> None:
+    """The engine driver's repeated-prompt property shows in no single call:
+    its replay ends with a check of the last answer, which fails."""
+    from kvoffload.spec.profile import DEFAULT, FilterCounts
+    from tests.stateful.test_kit_power import FILTER, lookup_counting_filter
+
+    profile = attrs.evolve(DEFAULT, name="first-miss", filter_counts=FilterCounts.LOOKUPS_TO_FIRST_MISS)
+    report = audit(lookup_counting_filter, policy="lru", reuse_filter=FILTER, profile=profile,
+                   seed=1, factory_import="tests.stateful.test_kit_power:lookup_counting_filter")
+    assert report.invariant is Invariant.REPEATED_PROMPT and report.script is not None
+    assert "filter_counts='lookups-to-first-miss'" in report.script
+    lines = report.script.splitlines()
+    assert lines[-3].startswith("expect(out in (None, ") and lines[-4].startswith("# ^")
+    failed = run(report.script)
+    assert failed.returncode == 1 and "lookup_prefix reads the repeated prompt back whole" in (
+        failed.stderr
+    ), failed.stderr
