@@ -26,7 +26,7 @@ import copy
 import inspect
 import re
 import sys
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any
 
 import attrs
@@ -41,7 +41,7 @@ from kvoffload.spec.contract import (
     count_hits,
 )
 from kvoffload.spec.keys import OffloadKey
-from kvoffload.spec.profile import profile_named
+from kvoffload.spec.profile import Profile, profile_named
 from kvoffload.spec.releases import preset_for_generation
 from kvoffload.stateful.auditing import DEFAULT_EXAMPLES, DEFAULT_STEPS, AuditReport, audit
 from kvoffload.stateful.harness import ReuseFilterParams, with_overrides
@@ -349,24 +349,51 @@ def known_finding(version: str, target: str, report: AuditReport) -> KnownFindin
     return None
 
 
-def finding_tag(version: str, target: str, report: AuditReport) -> str:
+CONVENTIONS = {
+    "offers_repeat_keys": "F4",
+    "reset_announce": "F5",
+    "filter_reset_clears": "F5",
+    "lru_rank": "F7",
+}
+"""The profile options naming the conventions of docs/FINDINGS.md."""
+
+
+def differing_options(profile: Profile, preset: Profile) -> list[str]:
+    """The options where ``profile`` departs from the release's ``preset``,
+    each with the convention finding it names, if any."""
+    differing = []
+    for field in attrs.fields(Profile):
+        if field.name != "name" and getattr(profile, field.name) != getattr(preset, field.name):
+            finding = CONVENTIONS.get(field.name)
+            differing.append(field.name + (f" ({finding})" if finding else ""))
+    return differing
+
+
+def finding_tag(
+    version: str, target: str, report: AuditReport, conventions: Sequence[str] = ()
+) -> str:
     """What a failing line says about its finding: the documented one it
     matches and whether it is a defect or a convention, or that none
-    matches."""
+    matches (``conventions``: the options where the audit's profile departs
+    from the release's preset, the likely cause then)."""
     finding = known_finding(version, target, report)
-    if finding is None:
+    if finding is not None:
+        return f" [{finding.id}, {finding.kind}: {finding.summary}]"
+    if conventions:
         return (
-            " [matches no documented finding: a new defect, or a convention the "
-            "profile does not name]"
+            " [matches no documented defect; likely a convention: the profile departs "
+            f"from the release's preset in {', '.join(conventions)}]"
         )
-    return f" [{finding.id}, {finding.kind}: {finding.summary}]"
+    return " [matches no documented finding: a new defect]"
 
 
 def _counts(report: AuditReport) -> str:
     return f"{report.examples} examples, {report.steps} steps, {report.seconds:.1f} s"
 
 
-def release_line(version: str, target: str, report: AuditReport) -> str:
+def release_line(
+    version: str, target: str, report: AuditReport, conventions: Sequence[str] = ()
+) -> str:
     """One target's line: the verdict, the finding it matches (F1...F7,
     defect or convention), and for a failure caused by an illegal call what
     the audit without illegal calls found, with that audit's own counts."""
@@ -375,7 +402,7 @@ def release_line(version: str, target: str, report: AuditReport) -> str:
     text = f"FAIL {target}: invariant {report.invariant}"
     if report.illegal_call_damage:
         text += " (an illegal call changed the manager)"
-    text += f"{finding_tag(version, target, report)} ({_counts(report)})"
+    text += f"{finding_tag(version, target, report, conventions)} ({_counts(report)})"
     follow_up = report.without_illegal_calls
     if follow_up is not None:
         if follow_up.passed:
@@ -383,7 +410,7 @@ def release_line(version: str, target: str, report: AuditReport) -> str:
         else:
             text += (
                 f"; without illegal calls: FAIL: invariant {follow_up.invariant}"
-                f"{finding_tag(version, target, follow_up)} ({_counts(follow_up)})"
+                f"{finding_tag(version, target, follow_up, conventions)} ({_counts(follow_up)})"
             )
     return text
 
@@ -400,7 +427,7 @@ def run_release_audit(args: argparse.Namespace) -> int:
         print(f"kvoffload audit: error: {error}", file=sys.stderr)
         return 2
     generation = release.generation
-    profile = preset_for_generation(generation.value)
+    preset = profile = preset_for_generation(generation.value)
     if args.profile is not None:
         try:
             profile = profile_named(args.profile)
@@ -408,6 +435,7 @@ def run_release_audit(args: argparse.Namespace) -> int:
             print(f"kvoffload audit: error: {error.args[0]}", file=sys.stderr)
             return 2
     profile = with_overrides(profile, args.typed_errors, args.reset)
+    conventions = differing_options(profile, preset)
     stand_ins = ", ".join(release.stubbed) or "none"
     print(f"{release.describe()}")
     print(f"profile {profile.describe()}")
@@ -432,7 +460,7 @@ def run_release_audit(args: argparse.Namespace) -> int:
             illegal_calls=getattr(args, "illegal_calls", True),
         )
         progress.done(_verdict(report))
-        print(release_line(release.version, target.name, report), flush=True)
+        print(release_line(release.version, target.name, report, conventions), flush=True)
         reports.append((target, report))
         follow_up = report.without_illegal_calls
         finding = known_finding(release.version, target.name, report)
