@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 from abc import ABC, abstractmethod
 from collections.abc import Collection, Iterable, Mapping
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import attrs
 
@@ -180,6 +180,51 @@ class OffloadingManager(ABC):
     def shutdown(self) -> None:
         """Release resources held by the manager."""
         return None
+
+
+class ManagerProtocol(Protocol):
+    """The contract as a structural type: what the conformance kit calls.
+
+    A backend written from docs/SPEC.md need not subclass
+    :class:`OffloadingManager`: any object with these methods is accepted by
+    ``audit``, ``conformance_test`` and ``machine_test_case`` (their factory
+    is a ``Callable[[int], ManagerProtocol]``), and type-checks under
+    ``mypy --strict``. Parameters are positional (any names) and of any
+    type: the kit passes a key as ``bytes`` (an ``OffloadKey``), a list of
+    keys as a ``list``, and the request context its ``context_factory``
+    builds (:class:`ReqContext` by default), so a backend may annotate them
+    as ``bytes``/``list[bytes]``/its own context class or as
+    ``OffloadKey``/``Collection[OffloadKey]``/``ReqContext``. The kit reads
+    answers by their attributes, so any return type passes the type check;
+    the audit judges the values. ``reset_cache`` is called
+    unless the profile says ``has_reset=False``.
+    """
+
+    def lookup(self, key: Any, req_context: Any, /) -> object: ...
+
+    def lookup_prefix(self, keys: Any, req_context: Any, /) -> object: ...
+
+    def prepare_load(self, keys: Any, req_context: Any, /) -> object: ...
+
+    def touch(self, keys: Any, req_context: Any, /) -> object: ...
+
+    def complete_load(self, keys: Any, req_context: Any, /) -> object: ...
+
+    def prepare_store(self, keys: Any, req_context: Any, /) -> object: ...
+
+    def complete_store(
+        self, keys: Any, req_context: Any, success: bool, /
+    ) -> object: ...
+
+    def on_new_request(self, req_context: Any, /) -> object: ...
+
+    def on_request_finished(self, req_context: Any, /) -> object: ...
+
+    def on_schedule_end(self) -> object: ...
+
+    def take_events(self) -> Iterable[Any]: ...
+
+    def reset_cache(self) -> object: ...
 
 
 @runtime_checkable

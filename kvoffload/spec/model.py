@@ -326,7 +326,7 @@ class LookupPrefix(KeyListOperation):
         return model.lookup_prefix(self.keys)
 
     def call(self, manager: Any, ctx: Any) -> object:
-        return manager.lookup_prefix(self.keys, ctx)
+        return manager.lookup_prefix(list(self.keys), ctx)
 
     def render(self, spelling: Spelling) -> str:
         return f"m.lookup_prefix({_keys_text(spelling, self.keys)}, {spelling.ctx(self.request)})"

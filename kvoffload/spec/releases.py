@@ -169,7 +169,7 @@ VLLM_0_33 = attrs.evolve(
 """vLLM 0.33: private clean-up events; secondary tiers without a capacity,
 whose lookups may answer a stale MISS."""
 
-PRESETS: tuple[Profile, ...] = (
+GENERATION_PRESETS: tuple[Profile, ...] = (
     VLLM_0_19,
     VLLM_0_20,
     VLLM_0_21,
@@ -181,7 +181,30 @@ PRESETS: tuple[Profile, ...] = (
     VLLM_0_31,
     VLLM_0_33,
 )
-"""Every preset, oldest generation first."""
+"""One preset per generation of the contract, oldest first."""
+
+RELEASE_GENERATION: dict[int, Profile] = {
+    23: VLLM_0_22,
+    26: VLLM_0_25,
+    27: VLLM_0_25,
+    28: VLLM_0_25,
+    32: VLLM_0_31,
+}
+"""The releases 0.19-0.33 that start no generation of their own, each with
+the preset of the generation it belongs to."""
+
+PRESETS: tuple[Profile, ...] = tuple(
+    sorted(
+        GENERATION_PRESETS
+        + tuple(
+            attrs.evolve(profile, name=f"vllm-0.{minor}")
+            for minor, profile in RELEASE_GENERATION.items()
+        ),
+        key=lambda profile: int(profile.name.rsplit(".", 1)[1]),
+    )
+)
+"""Every preset, one per release 0.19-0.33 (``vllm-0.27`` is 0.25's
+generation under the release's own name), oldest first."""
 
 _BY_GENERATION: dict[str, Profile] = {
     "0.19": VLLM_0_19,

@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 from hypothesis import settings
 
-from kvoffload.spec.contract import OffloadingManager
+from kvoffload.spec.contract import ManagerProtocol
 from kvoffload.spec.profile import DEFAULT, Profile
 from kvoffload.stateful.auditing import DEFAULT_EXAMPLES, AuditReport, audit
 from kvoffload.stateful.harness import (
@@ -39,7 +39,7 @@ from kvoffload.stateful.tier_audit import audit_tier
 
 
 def conformance_test(
-    factory: Callable[[int], OffloadingManager],
+    factory: Callable[[int], ManagerProtocol],
     *,
     policy: str = "any",
     reuse_filter: ReuseFilterParams | None = None,
@@ -48,13 +48,17 @@ def conformance_test(
     supports_reset: bool | None = None,
     max_examples: int | None = None,
     context_factory: ContextFactory | None = None,
+    seed: int | None = None,
 ) -> Callable[[], None]:
     """A test function auditing ``factory``: assign it to a ``test_*`` name.
 
     ``test_my_backend = conformance_test(make_backend, policy="any")``. The
     budget is the audit's default unless ``max_examples`` is given, or the
     active Hypothesis profile asks for more (``deep``). The test fails with
-    the audit's report and replay script.
+    the audit's report and replay script (which imports ``factory`` by its
+    module and name when it is a module-level callable). ``seed`` fixes the
+    audit (default: a fresh seed each run, or ``KVOFFLOAD_AUDIT_SEED``);
+    the report names the seed either way.
     """
 
     def test() -> None:
@@ -75,6 +79,7 @@ def conformance_test(
             supports_reset=supports_reset,
             max_examples=budget,
             context_factory=context_factory,
+            seed=seed,
         )
         if not report.passed:
             raise AssertionError(report.render())
@@ -84,7 +89,7 @@ def conformance_test(
 
 
 def machine_test_case(
-    factory: Callable[[int], OffloadingManager],
+    factory: Callable[[int], ManagerProtocol],
     *,
     policy: str = "any",
     reuse_filter: ReuseFilterParams | None = None,
@@ -116,6 +121,7 @@ __all__ = [
     "LegacyManagerAdapter",
     "LegacyOffloadingManager",
     "ManagerMachine",
+    "ManagerProtocol",
     "ReuseFilterParams",
     "audit",
     "audit_tier",

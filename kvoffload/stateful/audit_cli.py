@@ -17,15 +17,16 @@ import argparse
 import importlib
 import inspect
 import sys
-import time
 from collections.abc import Callable, Sequence
-from typing import TextIO, cast
+from typing import cast
 
 from kvoffload.spec.contract import OffloadingManager
 from kvoffload.spec.profile import DEFAULT, LEGACY, Profile, preset_names, profile_named
 from kvoffload.stateful.auditing import DEFAULT_EXAMPLES, AuditReport, audit
 from kvoffload.stateful.harness import POLICIES, ReuseFilterParams, with_overrides
 from kvoffload.stateful.legacy import LegacyManagerAdapter
+from kvoffload.stateful.progress import Progress
+from kvoffload.stateful.reports import TargetResult, result_of, write_reports
 from kvoffload.stateful.targets import (
     BUILTIN_TARGETS,
     BUILTIN_TIER_TARGETS,
@@ -218,6 +219,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--steps", type=positive_int, default=None, help="calls per run (default: drawn per run)")
     parser.add_argument(
+        "--junit-xml",
+        metavar="FILE",
+        help="also write a JUnit XML report to FILE: one testcase per target, a failure "
+        "carrying the invariant, the message, the seed and the replay script",
+    )
+    parser.add_argument(
+        "--json",
+        metavar="FILE",
+        help="also write the results to FILE as JSON ({passed, targets: [...]})",
+    )
+    parser.add_argument(
+        "--fail-on",
+        choices=FAIL_ON,
+        default="any",
+        help="what fails the run (exit 1): any violation (default); 'engine': only "
+        "violations an engine's calls reach (a failure that goes away with illegal "
+        "calls set aside does not count); 'new' (--vllm): only violations that match "
+        "no documented finding of the release (docs/FINDINGS.md)",
+    )
+    parser.add_argument(
         "--no-illegal-calls",
         dest="illegal_calls",
         action="store_false",
@@ -225,6 +246,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "engine never makes; by default they are made, and a failure they cause is "
         "followed by a second audit without them)",
     )
+
+
+FAIL_ON = ("any", "engine", "new")
+"""The choices of ``--fail-on``."""
+
+
+def fails_run(report: AuditReport, fail_on: str, known_finding: bool = False) -> bool:
+    """Whether ``report`` fails the run under ``--fail-on``: ``any``
+    violation; for ``engine`` only a violation that stays with illegal calls
+    set aside (an engine never makes them); for ``new`` only one that is not
+    a documented finding (``known_finding``), judged as ``engine`` when the
+    documented finding needed illegal calls."""
+    if report.passed:
+        return False
+    if fail_on == "any":
+        return True
+    if fail_on == "new" and known_finding:
+        return False
+    follow_up = report.without_illegal_calls
+    if report.illegal_call_damage and follow_up is not None:
+        return fails_run(follow_up, fail_on)
+    return True
 
 
 def _row(report: AuditReport) -> str:
@@ -236,58 +279,6 @@ def _row(report: AuditReport) -> str:
         f"{report.examples:>8} {report.steps:>8} {report.seconds:>7.1f} "
         f"{report.steps_per_second:>9.0f}"
     )
-
-
-class Progress:
-    """Progress of one target on ``stream``: examples run of the budget and
-    seconds so far, rewritten in place on a terminal, a line every
-    ``every`` seconds otherwise. Counts the managers the factory builds (one
-    per example; more once a failure is being shrunk)."""
-
-    def __init__(
-        self, name: str, budget: int, stream: TextIO | None = None, every: float = 10.0
-    ) -> None:
-        self.name = name
-        self.budget = budget
-        self.stream = stream if stream is not None else sys.stderr
-        self.every = every
-        self.built = 0
-        self.started = time.perf_counter()
-        self._last = self.started
-        self._tty = bool(getattr(self.stream, "isatty", lambda: False)())
-
-    def wrap(self, factory: Callable[[int], OffloadingManager]) -> Callable[[int], OffloadingManager]:
-        def counted(num_blocks: int) -> OffloadingManager:
-            self.built += 1
-            self.tick()
-            return factory(num_blocks)
-
-        counted.__qualname__ = getattr(factory, "__qualname__", "factory")
-        return counted
-
-    def line(self) -> str:
-        elapsed = time.perf_counter() - self.started
-        if self.built <= self.budget:
-            done = f"{self.built}/{self.budget} examples"
-        else:
-            done = f"{self.budget}/{self.budget} examples, shrinking ({self.built - self.budget} replays)"
-        return f"  {self.name}: {done}, {elapsed:.0f} s"
-
-    def tick(self) -> None:
-        now = time.perf_counter()
-        if self._tty and now - self._last >= 0.5:
-            self.stream.write("\r" + self.line() + "\x1b[K")
-            self.stream.flush()
-            self._last = now
-        elif not self._tty and now - self._last >= self.every:
-            self.stream.write(self.line() + "\n")
-            self.stream.flush()
-            self._last = now
-
-    def done(self, verdict: str) -> None:
-        end = "\r" if self._tty else ""
-        self.stream.write(f"{end}{self.line()}: {verdict}" + ("\x1b[K\n" if self._tty else "\n"))
-        self.stream.flush()
 
 
 def resolve_tier(spec: str) -> TierFactory:
@@ -372,6 +363,8 @@ def run_tier(args: argparse.Namespace) -> int:
         return 2
     (report,) = _audit_tiers([(args.tier, factory, args.tier)], args, profile)
     print(report.render())
+    write_reports([result_of(report, "kvoffload tiers")], junit=args.junit_xml,
+                  json_path=args.json)
     return 0 if report.passed else 1
 
 
@@ -395,6 +388,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"kvoffload audit: error: {error}", file=sys.stderr)
         return 2
     reports: list[AuditReport] = []
+    results: list[TargetResult] = []
     budget = args.examples if args.examples is not None else DEFAULT_EXAMPLES
     for target, import_path in targets:
         label = target.policy + ("+filter" if target.reuse_filter is not None else "")
@@ -422,9 +416,12 @@ def run(args: argparse.Namespace) -> int:
         for warning in report.warnings:
             print(f"  WARNING: {warning}")
         reports.append(report)
+        results.append(result_of(report, "kvoffload", failed=fails_run(report, args.fail_on)))
     if args.target is None:
         tiers = [(t.name, t.factory, t.import_path) for t in BUILTIN_TIER_TARGETS]
-        reports += _audit_tiers(tiers, args, profile)
+        for report in _audit_tiers(tiers, args, profile):
+            reports.append(report)
+            results.append(result_of(report, "kvoffload tiers"))
     header = (
         f"{'target':<36} {'policy':<11} {'result':<22} "
         f"{'examples':>8} {'steps':>8} {'seconds':>7} {'steps/s':>9}"
@@ -438,7 +435,8 @@ def run(args: argparse.Namespace) -> int:
     for report in failures:
         print()
         print(report.render())
-    return 1 if failures else 0
+    write_reports(results, junit=args.junit_xml, json_path=args.json)
+    return 1 if any(r.failed for r in results) else 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:  # pragma: no cover - thin
@@ -448,11 +446,13 @@ def main(argv: Sequence[str] | None = None) -> int:  # pragma: no cover - thin
 
 
 __all__ = [
+    "FAIL_ON",
     "Progress",
     "TargetError",
     "add_arguments",
     "add_target_arguments",
     "check_factory",
+    "fails_run",
     "positive_int",
     "profile_from_args",
     "resolve_target",

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import os
 import random
+import sys
 import time
 from collections.abc import Callable
 
 import attrs
 
-from kvoffload.spec.contract import OffloadingManager
+from kvoffload.spec.contract import ManagerProtocol
 from kvoffload.spec.invariants import Invariant
 from kvoffload.spec.model import Operation
 from kvoffload.spec.profile import DEFAULT, Profile
@@ -130,7 +131,7 @@ def default_seed() -> int:
 
 
 def audit(
-    factory: Callable[[int], OffloadingManager],
+    factory: Callable[[int], ManagerProtocol],
     *,
     policy: str = "any",
     max_examples: int | None = None,
@@ -148,6 +149,7 @@ def audit(
     context_import: str | None = None,
     max_requests: int = 3,
     illegal_calls: bool = True,
+    scale: bool = True,
 ) -> AuditReport:
     """Audit the managers ``factory(num_blocks)`` builds against the spec.
 
@@ -165,13 +167,16 @@ def audit(
     (``AuditReport.seed``) so the audit replays with ``seed=``. ``max_blocks``/``num_keys``: each run
     draws 1..``max_blocks`` blocks and uses part of a universe of
     ``num_keys`` keys (two KV groups per block hash). ``factory_import`` (``"module:callable"``) lets the
-    replay script import the factory. ``context_factory(req_id)`` builds the
+    replay script import the factory (default: the factory's own module and
+    name, when that imports it back). ``context_factory(req_id)`` builds the
     request context the manager takes (default ``ReqContext``; one object
     per request, kept for its lifetime); ``context_import``
     (``"module:callable"``) lets the replay script build it the same way.
     ``max_requests``: how many requests are open at once. ``illegal_calls``:
     make illegal calls (see :class:`AuditReport` for what happens when one
     damages the manager); False leaves them out from the start.
+    ``scale``: about one run in 25 is at scale (12-100 blocks, offers and
+    chains of up to 64 keys, KV-group indices up to ``2**32 - 1``).
     """
     if reuse_filter is not None and reuse_filter.max_tracker_size <= 16:
         # the filter's protection rule shows only once a stored key's count
@@ -189,6 +194,7 @@ def audit(
         max_requests=max_requests,
         context_factory=context_factory or default_context,
         illegal_calls=illegal_calls,
+        scale=scale,
     )
     if max_examples is None:
         max_examples = DEFAULT_EXAMPLES
@@ -197,6 +203,8 @@ def audit(
     if seed is None:
         seed = default_seed()
     target = name or str(getattr(factory, "__qualname__", repr(factory)))
+    if factory_import is None:
+        factory_import = import_path_of(factory)
     report = _audit(config, target, seed, max_examples, stateful_step_count, factory_import,
                     context_import)
     if report.illegal_call_damage:
@@ -204,6 +212,36 @@ def audit(
                            max_examples, stateful_step_count, factory_import, context_import)
         report = attrs.evolve(report, without_illegal_calls=follow_up)
     return report
+
+
+MESSAGE_LIMIT = 600
+"""Characters of a finding's message kept (a probe's drain can name
+hundreds of keys; the replay script holds every call whole)."""
+
+
+def cut(text: str, limit: int = MESSAGE_LIMIT) -> str:
+    """``text`` with its middle cut out when longer than ``limit``."""
+    if len(text) <= limit:
+        return text
+    keep = limit // 2
+    return f"{text[:keep]} ... ({len(text) - 2 * keep} characters cut) ... {text[-keep:]}"
+
+
+def import_path_of(factory: object) -> str | None:
+    """``"module:name"`` importing ``factory`` itself, when it is reachable
+    by its module and qualified name (a module-level function or class, or
+    an attribute path through classes); else None."""
+    module_name = getattr(factory, "__module__", None)
+    qualname = getattr(factory, "__qualname__", None)
+    if not isinstance(module_name, str) or not isinstance(qualname, str):
+        return None
+    if "<" in qualname or module_name == "__main__":
+        return None
+    module = sys.modules.get(module_name)
+    found: object = module
+    for part in qualname.split("."):
+        found = getattr(found, part, None)
+    return f"{module_name}:{qualname}" if found is factory else None
 
 
 def _audit(
@@ -250,10 +288,11 @@ def _audit(
     check: str | None = None
     if isinstance(failure, Discrepancy):
         invariant, key, message = failure.invariant, failure.key, str(failure)
-        check = failure.check
+        check = failure.check  # set only where the harness does not judge the call
     else:
         invariant, key = Invariant.CRASH, None
         message = f"the manager raised {type(failure).__name__}: {failure}"
+    message = cut(message)
     trace = harness.trace if harness is not None else []
     culprit = _damaging_illegal_call(config, num_blocks, trace)
     if culprit is not None:
@@ -271,6 +310,7 @@ def _audit(
         failure=message,
         check=check,
         context_import=context_import,
+        config=config,
     )
     return attrs.evolve(
         passed,

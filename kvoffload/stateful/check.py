@@ -148,6 +148,7 @@ def check_exhaustively(
                             harness.trace, num_blocks=num_blocks, num_keys=num_keys,
                             factory_import=factory_import, failure=message,
                             check=error.check if isinstance(error, Discrepancy) else None,
+                            config=config,
                         ),
                     )
                 if harness.model not in seen:

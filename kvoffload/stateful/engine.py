@@ -217,6 +217,8 @@ class Engine:
                 f"a prompt of {len(keys)} keys ({_keys(keys)}) requested {repeats} "
                 f"time(s) in a row with room for {room} is read back only {got} keys "
                 "long (the last request's lookup_prefix)",
+                check=f"expect(out in (None, {len(keys)}), True, 'lookup_prefix reads the "
+                f"repeated prompt back whole ({len(keys)} keys, or None: ask again)')",
             )
         self.active.append(check)
         self.finish_all()

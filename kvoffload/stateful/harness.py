@@ -11,6 +11,7 @@ class, so they check the same things.
 
 from __future__ import annotations
 
+import ast
 import re
 from collections.abc import Callable, Sequence
 from typing import Union, cast
@@ -21,13 +22,14 @@ from kvoffload.spec.contract import (
     InspectableManager,
     InspectablePolicy,
     LookupResult,
+    ManagerProtocol,
     OffloadingEvent,
-    OffloadingManager,
     ReqContext,
 )
 from kvoffload.spec.errors import InvalidKeyError, OffloadingError
 from kvoffload.spec.invariants import Invariant, check_state
 from kvoffload.spec.keys import OffloadKey, make_offload_key, validate_offload_key
+from kvoffload.spec.lifecycle import PhaseKind
 from kvoffload.spec.model import (
     Answer,
     ManagerModel,
@@ -44,7 +46,9 @@ from kvoffload.spec.reuse import ReuseFilterModel
 from kvoffload.stateful.outputs import EventMetadata, compact_call, store_slots
 
 Model = Union[ManagerModel, ReuseFilterModel]
-ManagerFactory = Callable[[int], OffloadingManager]
+ManagerFactory = Callable[[int], ManagerProtocol]
+"""``factory(num_blocks)``: a fresh manager, any object with the contract's
+methods (:class:`~kvoffload.spec.contract.ManagerProtocol`)."""
 ContextFactory = Callable[[str], object]
 """``context_factory(req_id)``: the request context a backend takes (the kit
 builds one per request and passes that object with every call of the
@@ -59,13 +63,14 @@ def default_context(req_id: str) -> ReqContext:
 def request_id(request: int) -> str:
     """The ``req_id`` of the kit's request number ``request``."""
     return f"req-{request}"
-ILLEGAL_CALL = "must_raise("
-"""How a trace line of an illegal call (one that must raise) begins."""
+ILLEGAL_CALL = "  # illegal: must raise "
+"""What follows the call in the trace line of an illegal call (one that
+must raise and change nothing)."""
 
 
 def is_illegal(text: str) -> bool:
     """Whether a trace line records an illegal call."""
-    return text.startswith(ILLEGAL_CALL)
+    return ILLEGAL_CALL in text
 
 
 POLICIES = POLICY_NAMES
@@ -99,7 +104,7 @@ class Discrepancy(AssertionError):
         *,
         illegal_call_damage: bool = False,
     ) -> None:
-        where = f" (key {key!r})" if key is not None else ""
+        where = f" (key {key_name(key)})" if key is not None else ""
         super().__init__(f"[{invariant.label}]{where} {detail}")
         self.invariant = invariant
         self.detail = detail
@@ -135,6 +140,10 @@ class KitConfig:
     refuses is left out, not made: for looking past a backend known to be
     damaged by illegal calls, which an engine never makes.
 
+    ``scale``: now and then a run at scale (dozens to hundreds of blocks,
+    long offers and chains, KV-group indices past one, two and three bytes;
+    :mod:`kvoffload.stateful.swarm`).
+
     ``typed_errors`` and ``supports_reset`` are the older spelling of
     ``profile.errors`` and ``profile.has_reset``: when given (not None) they
     override those options; afterwards both read the profile's values.
@@ -153,6 +162,7 @@ class KitConfig:
     context_factory: ContextFactory = attrs.field(factory=lambda: default_context)
     max_requests: int = 3
     illegal_calls: bool = True
+    scale: bool = True
 
     def __attrs_post_init__(self) -> None:
         if self.policy not in POLICIES:
@@ -238,6 +248,7 @@ class Harness:
         )
         self.evicted: list[OffloadKey] = []  # victims so far, oldest first
         self.last_answer: object = None  # the manager's answer to the last lookup_prefix
+        self.answer: object = None  # the manager's answer to the last call (None: raised)
         profile = getattr(config, "profile", None)
         self.metadata = EventMetadata(
             self.manager,
@@ -277,6 +288,9 @@ class Harness:
         """Apply ``op`` to model and manager; raise :class:`Discrepancy` on
         the first disagreement or broken invariant."""
         before, recorded = self.model, len(self.trace)
+        self.answer = None
+        if len(op.keys_mentioned) <= TRACKED_MENTIONS:
+            self._track(op.keys_mentioned)
         if op.answer is Answer.STORE:
             try:
                 for key in op.keys_mentioned:
@@ -296,6 +310,13 @@ class Harness:
         self.check_state()
         if self.observer is not None:
             self.observer(before, op, self.model)
+
+    def _track(self, keys: Sequence[OffloadKey]) -> None:
+        """Keys of the scale universe join ``keys`` (whose phases are
+        compared) when first named: a replay checks them as the run did."""
+        for key in keys:
+            if isinstance(key, bytes) and key.startswith(SCALE_PREFIX) and key not in self.keys:
+                self.keys += (key,)
 
     def _expect(self, op: Operation) -> Result:
         """The model's answer to ``op``, the model moved on; an illegal call
@@ -326,16 +347,12 @@ class Harness:
                     Invariant.LIFECYCLE,
                     f"phase is {actual}, the specification says {expected}",
                     key,
-                    check=f"expect(str(m.phase({key_name(key)})), {str(expected)!r}, "
-                    f"'phase of {key_name(key)}')",
                 )
             if core.slot(key) is not None and manager.slot_of(key) != core.slot(key):
                 raise Discrepancy(
                     Invariant.CAPACITY,
                     f"slot is {manager.slot_of(key)}, was allocated {core.slot(key)}",
                     key,
-                    check=f"expect(m.slot_of({key_name(key)}), {core.slot(key)!r}, "
-                    f"'slot of {key_name(key)}')",
                 )
 
     def _check_policy_state(self, core: ManagerModel) -> None:
@@ -352,8 +369,6 @@ class Harness:
                     f"{field} is {actual.get(field)!r}, the {self.config.policy} model "
                     f"says {want!r}"
                 ),
-                check=f"expect(m.policy_state().get({field!r}), {_literal(want)}, "
-                f"'{self.config.policy} {field}')",
             )
 
     # --- illegal calls ------------------------------------------------------
@@ -363,10 +378,8 @@ class Harness:
             return  # set aside: the call is not made
         typed = self.config.profile.errors is ErrorStyle.TYPED
         call = op.render(SCRIPT_SPELLING)
-        raises = "" if typed else ", Exception"
-        self.trace.append(
-            (op, f"{ILLEGAL_CALL}lambda: {call}{raises})  # {type(expected).__name__}")
-        )
+        raises = type(expected).__name__ if typed else "an exception"
+        self.trace.append((op, f"{call}{ILLEGAL_CALL}{raises}, change nothing"))
         try:
             op.call(self.manager, self.context_for(op))
         except OffloadingError as error:
@@ -397,7 +410,6 @@ class Harness:
                 Invariant.ERRORS,
                 f"{call} raised but changed the manager: {changed}",
                 changed.key,
-                check=changed.check,
                 illegal_call_damage=True,
             ) from changed
 
@@ -414,13 +426,13 @@ class Harness:
             # "ascending slot order" of slots nobody showed: no verdict
             self._unordered.update(e.keys for e in core_of(self.model).events[queued:])
         self._record(op)
-        op.call(self.manager, self.context_for(op))
+        self.answer = op.call(self.manager, self.context_for(op))
 
     def _lookup_answer(self, op: Operation) -> None:
         expected = self._expect(op)
         self._record(op, f"-> {_shown_answer(expected)}")
         actual = op.call(self.manager, self.context_for(op))
-        self.last_answer = actual
+        self.last_answer = self.answer = actual
         if not lookup_agrees(actual, expected):
             raise Discrepancy(
                 Invariant.LOOKUP,
@@ -429,7 +441,6 @@ class Harness:
                     f"expected {_shown_answer(expected)}"
                 ),
                 op.keys_mentioned[0] if op.answer is Answer.LOOKUP else None,
-                check=f"expect(answer(out), {_shown_answer(expected)!r}, {op.method!r})",
             )
 
     def _store_answer(self, op: Operation) -> None:
@@ -437,7 +448,7 @@ class Harness:
             raise TypeError(op)
         before = self.model
         self._record(op)
-        actual = op.call(self.manager, self.context_for(op))
+        actual = self.answer = op.call(self.manager, self.context_for(op))
         if actual is None:
             self.trace[-1] = (op, op.render(SCRIPT_SPELLING) + "  # -> None")
             after, expected = before.apply(op)
@@ -448,7 +459,6 @@ class Harness:
                         f"prepare_store refused, yet the specification stores "
                         f"{list(expected.keys_to_store)!r} evicting {list(expected.evicted)!r}"
                     ),
-                    check="expect(out is not None, True, 'prepare_store found room')",
                 )
             self.model = after
             return
@@ -476,12 +486,13 @@ class Harness:
             after, expected = before.apply(chosen)
         except SpecViolation as violation:
             key = victims[0] if victims and violation.invariant is Invariant.EVICTION else None
-            wanted = before.apply(op)[1]
+            reason = violation.reason
+            if violation.invariant is Invariant.EVICTION and victims:
+                reason += " — " + "; ".join(_victim_roles(before, op, victims))
             raise Discrepancy(
                 violation.invariant,
-                _named(violation.reason),
+                _named(reason) + self._filter_hint(before, op, keys_to_store),
                 key,
-                check=_store_check(wanted, slots is not None),
             ) from violation
         if not isinstance(expected, StoreResult):
             raise Discrepancy(Invariant.LIVENESS, "the specification refuses this store")
@@ -492,18 +503,38 @@ class Harness:
                 _named(
                     f"keys_to_store {list(keys_to_store)!r}, expected "
                     f"{list(expected.keys_to_store)!r}"
-                ),
-                check=f"expect(list(out.keys_to_store), {_keys(expected.keys_to_store)}, "
-                "'keys_to_store')",
+                )
+                + self._filter_hint(before, op, keys_to_store),
             )
         self.model = after
+
+    def _filter_hint(
+        self, before: Model, op: PrepareStore, keys_to_store: Sequence[object]
+    ) -> str:
+        """A hint when the manager stored fewer of the offered keys than the
+        specification would, and no reuse filter was declared: the likely
+        cause is a reuse filter audited without its parameters."""
+        if self.config.reuse_filter is not None:
+            return ""
+        wanted = before.apply(attrs.evolve(op, victims=None, slots=None))[1]
+        if not isinstance(wanted, StoreResult):
+            return ""
+        if len(keys_to_store) >= len(wanted.keys_to_store):
+            return ""
+        return (
+            f" (the manager stored {len(keys_to_store)} of the "
+            f"{len(wanted.keys_to_store)} new keys offered: if it is a reuse filter, "
+            "which stores a key only once it was looked up often enough, audit it with "
+            "its parameters: --reuse-threshold K --tracker-size N, or "
+            "reuse_filter=ReuseFilterParams(K, N))"
+        )
 
     def _load_answer(self, op: Operation) -> None:
         expected = self._expect(op)
         self._record(
             op, f"-> slots {list(expected) if isinstance(expected, tuple) else expected!r}"
         )
-        spec = op.call(self.manager, self.context_for(op))
+        spec = self.answer = op.call(self.manager, self.context_for(op))
         slots = slots_of(spec)
         if slots is not None and slots != expected:
             raise Discrepancy(
@@ -511,8 +542,6 @@ class Harness:
                 f"prepare_load names slots {list(slots)!r}, the keys hold {list(expected)!r}"
                 if isinstance(expected, tuple)
                 else "prepare_load returned slots for nothing",
-                check=f"expect(block_ids(out), {list(cast(tuple[int, ...], expected))!r}, "
-                "'load spec slots')",
             )
 
     def _events_answer(self, op: Operation) -> None:
@@ -521,6 +550,7 @@ class Harness:
         self._record(op)
         answer = op.call(self.manager, self.context_for(op))
         actual = list(cast(Sequence[OffloadingEvent], answer))
+        self.answer = list(actual)
         if self.config.profile.private_events:  # internal clean-up, never published
             actual = [e for e in actual if not getattr(e, "metadata_only", False)]
         self.trace[-1] = (op, op.render(SCRIPT_SPELLING) + f"  # -> {len(actual)} event(s)")
@@ -541,7 +571,6 @@ class Harness:
         """``actual`` against ``expected``, for a consumer that holds
         ``held`` (the model's view: it follows engine-announced resets)."""
         want = [(tuple(e.keys), e.removed) for e in expected]
-        check = f"expect(events_of(out), {_literal_events(want)}, 'events')"
         stored: dict[OffloadKey, bool] = dict.fromkeys(held, True)
         for event in actual:
             wrong = self.metadata.check(event)
@@ -554,14 +583,12 @@ class Harness:
                         Invariant.EVENTS,
                         "removed event for a key that was not announced stored",
                         key,
-                        check=check,
                     )
                 if not event.removed and last is True:
                     raise Discrepancy(
                         Invariant.EVENTS,
                         "stored event for a key already announced stored",
                         key,
-                        check=check,
                     )
                 stored[key] = not event.removed
         got = [(tuple(e.keys), bool(e.removed)) for e in actual]
@@ -574,7 +601,6 @@ class Harness:
             raise Discrepancy(
                 Invariant.EVENTS,
                 f"events {_render_events(got)}, expected {_render_events(want)}",
-                check=check,
             )
         now_held = frozenset(k for k, is_stored in stored.items() if is_stored)
         readable = core_of(self.model).readable_keys()
@@ -583,7 +609,6 @@ class Harness:
                 Invariant.EVENTS,
                 f"a consumer of the events holds {sorted(now_held)!r}, the readable "
                 f"keys are {sorted(readable)!r}",
-                check=check,
             )
 
 
@@ -623,13 +648,28 @@ def lookup_agrees(actual: object, expected: object) -> bool:
     return actual == expected
 
 
+SCALE_PREFIX = b"big"
+"""How the block hash of a key of a run at scale begins."""
+
+TRACKED_MENTIONS = 64
+"""Calls naming more keys (a probe's flood) add none to a harness's keys."""
+
+
+def scale_key(block: int, group: int) -> OffloadKey:
+    """Key ``S(block, group)`` of a run at scale."""
+    return make_offload_key(SCALE_PREFIX + b"%04d" % block, group)
+
+
 def key_name(key: object) -> str:
-    """How a key of the kit's universe is written in a replay script."""
+    """How a key of the kit's universe is written in a replay script:
+    ``K[i]``, ``S(h, g)`` for a key of a run at scale, else its literal."""
     if isinstance(key, bytes):
         name = _KEY_NAMES.get(key)
         if name is None:
             if key.startswith(b"blk") and len(key) == 9:
                 name = f"K[{2 * int(key[3:5]) + key[8]}]"
+            elif key.startswith(SCALE_PREFIX) and len(key) == 11 and key[3:7].isdigit():
+                name = f"S({int(key[3:7])}, {int.from_bytes(key[7:], 'big')})"
             else:
                 name = repr(key)
             if len(_KEY_NAMES) < 4096:
@@ -655,104 +695,50 @@ SCRIPT_SPELLING = _ScriptSpelling()
 
 
 def _named(text: str) -> str:
-    """``text`` with the kit's keys written as ``K[i]``."""
-    return re.sub(
-        r"b'blk(\d\d)\\x00\\x00\\x00\\x0([01])'",
-        lambda m: f"K[{2 * int(m[1]) + int(m[2])}]",
-        text,
-    )
+    """``text`` with the kit's keys written as ``K[i]`` (or ``S(h, g)``)."""
+    return _BYTES_LITERAL.sub(_literal_name, text)
+
+
+_BYTES_LITERAL = re.compile(r"b'(?:blk|big)[^'\\]*(?:\\.[^'\\]*)*'")
+
+
+def _literal_name(match: re.Match[str]) -> str:
+    try:
+        value = ast.literal_eval(match[0])
+    except (ValueError, SyntaxError):
+        return match[0]
+    return key_name(value) if isinstance(value, bytes) else match[0]
 
 
 def _keys(keys: Sequence[object]) -> str:
     return "[" + ", ".join(key_name(k) for k in keys) + "]"
 
 
-def _literal(value: object) -> str:
-    """``value`` as a Python literal with the kit's keys written ``K[i]``."""
-    if isinstance(value, tuple):
-        inner = ", ".join(_literal(v) for v in value)
-        return f"({inner},)" if len(value) == 1 else f"({inner})"
-    if isinstance(value, list):
-        return "[" + ", ".join(_literal(v) for v in value) + "]"
-    return key_name(value)
-
-
-def _literal_events(events: Sequence[tuple[tuple[OffloadKey, ...], bool]]) -> str:
-    return "[" + ", ".join(f"({_keys(keys)}, {removed})" for keys, removed in events) + "]"
-
-
-def _store_check(wanted: Result, has_slots: bool) -> str:
-    """The replay check of a ``prepare_store`` answer the specification
-    gives as ``wanted``."""
-    if not isinstance(wanted, StoreResult):
-        return "expect(out, None, 'prepare_store')"
-    checks = [
-        f"expect(list(out.evicted_keys), {_keys(wanted.evicted)}, 'evicted_keys')",
-        f"expect(list(out.keys_to_store), {_keys(wanted.keys_to_store)}, 'keys_to_store')",
-    ]
-    if has_slots:
-        checks.append(
-            f"expect(block_ids(out.store_spec), {list(wanted.store_slots)!r}, 'store slots')"
-        )
-    return "; ".join(checks)
+def _victim_roles(before: Model, op: Operation, victims: Sequence[OffloadKey]) -> list[str]:
+    """What each victim of a wrong eviction was, and so which rule it broke:
+    offered in the call (3 protection), not READY (2 eviction safety), or a
+    READY key the policy's model would not evict."""
+    core = core_of(before)
+    roles = []
+    for victim in victims:
+        name = key_name(victim)
+        phase = core.phase(victim)
+        if victim in op.keys_mentioned:
+            roles.append(f"{name} was offered in this call (rule 3: a store keeps the keys "
+                         "it is offered)")
+        elif phase.kind is PhaseKind.READY:
+            roles.append(f"{name} was READY: a legal victim, but not the policy's")
+        elif phase.kind is PhaseKind.ABSENT:
+            roles.append(f"{name} was not stored (rule 2: only READY blocks are evicted)")
+        else:
+            roles.append(f"{name} was {phase} (rule 2: only READY blocks are evicted)")
+    return roles
 
 
 def _render_events(events: Sequence[tuple[tuple[OffloadKey, ...], bool]]) -> str:
     return "[" + ", ".join(
         f"{'removed' if removed else 'stored'} {_keys(keys)}" for keys, removed in events
     ) + "]"
-
-
-SCRIPT_HELPERS = '''\
-def must_raise(call, error=OffloadingError):
-    try:
-        call()
-    except error:
-        return
-    raise AssertionError("accepted a call the specification forbids")
-
-
-def answer(value):
-    name = getattr(value, "name", None)
-    return name if isinstance(name, str) and not isinstance(value, int) else value
-
-
-def shown(value):
-    if hasattr(value, "keys_to_store"):
-        stores, evicts = list(value.keys_to_store), list(value.evicted_keys)
-        return f"a store of {shown(stores)} evicting {shown(evicts)}"
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(shown(v) for v in value) + "]"
-    if isinstance(value, bytes) and value in K:
-        return f"K[{K.index(value)}]"
-    return repr(value)
-
-
-def expect(actual, expected, what):
-    if actual != expected:
-        raise AssertionError(
-            f"{what}: the manager gives {shown(actual)}, "
-            f"the specification expects {shown(expected)}"
-        )
-
-
-def block_ids(spec):
-    return [int(i) for i in spec.block_ids]
-
-
-def events_of(events):
-    return [(list(e.keys), bool(e.removed)) for e in events]
-
-
-_contexts = {}
-
-
-def ctx(request):
-    if request not in _contexts:
-        _contexts[request] = make_context(f"req-{request}")
-    return _contexts[request]
-'''
-"""The helpers every replay script defines."""
 
 
 def render_script(
@@ -764,19 +750,32 @@ def render_script(
     failure: str,
     check: str | None = None,
     context_import: str | None = None,
+    config: KitConfig | None = None,
 ) -> str:
     """A short Python script replaying ``trace`` against the factory.
 
-    The last call of ``trace`` is the one that broke the specification: the
-    script keeps its answer as ``out`` and runs ``check`` (a line raising
-    ``AssertionError`` when the manager still answers as it did). Without a
-    ``check`` the script raises ``AssertionError(failure)`` after that call.
-    Either way the script stops there with a non-zero exit status.
-    Request ``i``'s context is ``ctx(i)``, built once by ``make_context``:
-    ``ReqContext``, or the callable ``context_import`` (``"module:name"``)
-    names.
+    Every call goes through :class:`~kvoffload.stateful.replaying.Replay`'s
+    checked manager, which judges it as the audit did (``config``'s policy,
+    profile, reuse filter and key universe; the defaults without one): the
+    script stops with a :class:`Discrepancy` (an ``AssertionError``) at the
+    first call that breaks the specification, and runs to its end, printing
+    ``replay passed``, for a manager that keeps it, whatever other legal
+    choices it makes. The last call of ``trace`` is the one the audit found
+    failing (``failure``); its answer is kept as ``out``, and ``check``, when
+    given, is a line judging it that the harness does not (a protocol
+    property of the engine driver). Request ``i``'s context is ``ctx(i)``,
+    built once by ``make_context``: ``ReqContext``, or the callable
+    ``context_import`` (``"module:name"``) names. The last line is
+    :data:`~kvoffload.stateful.replaying.REPLAY_END`.
     """
-    lines = ["# Replays a conformance failure found by `kvoffload audit`."]
+    from kvoffload.stateful.replaying import REPLAY_END, config_arguments
+
+    lines = [
+        "# Replays a conformance failure found by `kvoffload audit`: each call is made",
+        "# on a fresh manager and checked as the audit checked it; the script stops at",
+        "# the first call that breaks the specification and passes for a manager that",
+        "# keeps it (other legal choices of slots, victims or answers included).",
+    ]
     if factory_import:
         module, _, name = factory_import.partition(":")
         lines.append(f"from {module} import {name} as factory")
@@ -787,21 +786,21 @@ def render_script(
         if context_import
         else "from kvoffload import ReqContext as make_context"
     )
+    arguments = (
+        config_arguments(config) if config is not None else f"num_keys={num_keys}"
+    )
     lines += [
-        "from kvoffload import OffloadingError, make_offload_key",
+        "from kvoffload.stateful.replaying import Replay, S, expect",
         "",
-        "",
-        *SCRIPT_HELPERS.rstrip("\n").split("\n"),
-        "",
-        "",
-        f"K = [make_offload_key(b'blk%02d' % (i // 2), i % 2) for i in range({num_keys})]",
-        f"m = factory({num_blocks})",
+        f"replay = Replay(factory, {num_blocks}, {arguments}, make_context=make_context)",
+        "m, K, ctx = replay.manager, replay.keys, replay.ctx",
     ]
     body = [line for _, line in trace]
-    illegal_last = bool(body) and is_illegal(body[-1])
-    if body and not illegal_last:
+    if body and not is_illegal(body[-1]):
         body[-1] = "out = " + body[-1]
     lines += body
-    lines.append(f"# ^ the last call broke the specification: {failure}")
-    lines.append(check if check is not None else f"raise AssertionError({failure!r})")
+    lines.append(f"# ^ the audit found that this call broke the specification: {failure}")
+    if check is not None:
+        lines.append(check)
+    lines += ["replay.passed()", REPLAY_END]
     return "\n".join(lines) + "\n"

@@ -43,7 +43,7 @@ from collections import Counter
 
 import attrs
 
-from kvoffload.spec.contract import OffloadingManager
+from kvoffload.spec.contract import ManagerProtocol
 from kvoffload.spec.keys import OffloadKey, make_offload_key
 from kvoffload.spec.lifecycle import PhaseKind
 from kvoffload.spec.model import (
@@ -155,7 +155,7 @@ class Prober:
             drain(probe, batch=True, base=SECOND_DRAIN)
 
 
-def fork(harness: Harness, manager: OffloadingManager) -> Harness:
+def fork(harness: Harness, manager: ManagerProtocol) -> Harness:
     """A harness continuing ``harness`` (model, events seen, trace) over
     ``manager``, a copy of its manager."""
     config = attrs.evolve(harness.config, factory=lambda num_blocks: manager)

@@ -121,13 +121,24 @@ def shrink(
     return shrink_sequence(ops, still_fails, _smaller_ops, time_budget=time_budget)
 
 
+def _fewer_blocks(num_blocks: int) -> list[int]:
+    """The capacities tried below ``num_blocks``, fewest first: every one up
+    to 9, then doublings (a run at scale has up to a few hundred blocks)."""
+    tried = list(range(1, min(num_blocks, 10)))
+    size = 16
+    while size < num_blocks:
+        tried.append(size)
+        size *= 2
+    return tried
+
+
 def fewest_blocks(
     config: KitConfig, num_blocks: int, ops: Sequence[Operation], kind: str
 ) -> int:
     """The fewest blocks (at most ``num_blocks``) with which ``ops`` still
     fail with ``kind``: a smaller manager makes a shorter counterexample
     (fewer calls to fill it)."""
-    for smaller in range(1, num_blocks):
+    for smaller in _fewer_blocks(num_blocks):
         _, error = replay(config, smaller, ops)
         if error is not None and failure_kind(error) == kind:
             return smaller

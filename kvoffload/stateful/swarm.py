@@ -50,7 +50,7 @@ from kvoffload.spec.model import (
 )
 from kvoffload.spec.policies import ARCModel
 from kvoffload.spec.profile import ResetAnnounce
-from kvoffload.stateful.harness import Harness, KitConfig, core_of
+from kvoffload.stateful.harness import Harness, KitConfig, core_of, scale_key
 
 BAD_KEYS: tuple[object, ...] = (b"", b"abc", "blk00\x00\x00\x00\x00", 7, None)
 """Offers that are not valid keys: too short, not bytes."""
@@ -67,17 +67,48 @@ key), a long hash with a high group index. One joins the keys of some runs."""
 ODD_KEY_SHARE = 0.25
 
 
+SCALE_SHARE = 0.02
+"""The share of runs drawn at scale (when the configuration allows it)."""
+
+SCALE_BLOCKS = (12, 24, 40, 64)
+"""The capacities of a run at scale: past a machine word of slots, past a
+32-key prefix, up to a few hundred keys in play."""
+
+SCALE_BATCHES = (16, 40, 64)
+"""The longest offer, chain or lookup of a run at scale."""
+
+SCALE_GROUPS = (0, 1, 7, 255, 256, 257, 4096, 65535, 65536, 2**24 + 1, 2**31 - 1, 2**32 - 1)
+"""KV-group indices of a run at scale: past one byte, two and three (a
+group index decoded in the wrong byte order shows)."""
+
+
+def scale_keys(count: int, rng: random.Random) -> tuple[OffloadKey, ...]:
+    """``count`` keys of a run at scale: block hashes ``0, 1, ...`` each in
+    a few KV groups drawn from :data:`SCALE_GROUPS` (``S(h, g)`` in a replay)."""
+    groups = sorted(rng.sample(SCALE_GROUPS, rng.randint(1, 4)))
+    keys = (
+        scale_key(block, group) for block in range(count) for group in groups
+    )
+    return tuple(key for _, key in zip(range(count), keys))
+
+
 class Run:
     """One run's state: the harness, the batches in flight, the swarm
     choices and the random source."""
 
-    def __init__(self, harness: Harness, rng: random.Random, keys: Sequence[OffloadKey]) -> None:
+    def __init__(
+        self,
+        harness: Harness,
+        rng: random.Random,
+        keys: Sequence[OffloadKey],
+        max_batch: int | None = None,
+    ) -> None:
         self.harness = harness
         self.rng = rng
         self.keys = tuple(keys)
         self.stores: list[tuple[int, tuple[OffloadKey, ...]]] = []  # (request, PENDING batch)
         self.loads: list[tuple[int, tuple[OffloadKey, ...]]] = []  # (request, load batch)
-        self.max_batch = rng.choice((2, 3, 4, 6, 8))
+        self.max_batch = max_batch if max_batch is not None else rng.choice((2, 3, 4, 6, 8))
         self.open: list[int] = []  # requests open, oldest first
         self.next_request = 0
         self.start_request()
@@ -159,6 +190,19 @@ def _lookup_prefix(run: Run) -> None:
     run.step(LookupPrefix(run.some(run.keys, 0), request=run.request()))
 
 
+def _lookup_chain(run: Run, whole: bool | None = None) -> None:
+    """A chain of readable keys (``whole``: all of them, as long as the
+    capacity allows; at random by default) then one more, looked up as a
+    scheduler does: the whole readable prefix must be found, however long."""
+    ready = run.of(PhaseKind.READY, PhaseKind.LOADING)
+    if ready:
+        if whole is None:
+            whole = run.rng.random() < 0.5
+        chain = (tuple(run.rng.sample(ready, len(ready))) if whole else run.subset(ready))
+        chain += run.some(run.keys, 0, 1)
+        run.step(LookupPrefix(chain, request=run.request()))
+
+
 def _touch(run: Run) -> None:
     run.step(Touch(run.some(run.keys, 0), request=run.request()))
 
@@ -211,6 +255,16 @@ def _store_chain(run: Run) -> None:
     absent = run.of(PhaseKind.ABSENT)
     if ready and absent:
         run.store(run.subset(ready) + run.subset(absent))
+
+
+def _store_and_complete_new(run: Run) -> bool:
+    """Offer absent keys and complete the store; whether any was stored (a
+    reuse filter still counting stores none)."""
+    request, stored = run.store(run.subset(run.of(PhaseKind.ABSENT)))
+    if stored:
+        run.stores.remove((request, stored))
+        run.step(CompleteStore(stored, True, request=request))
+    return bool(stored)
 
 
 def _store_and_complete(run: Run) -> None:
@@ -383,6 +437,7 @@ class SwarmAction:
 ACTIONS: tuple[SwarmAction, ...] = (
     SwarmAction("lookup", 4, _lookup, filter_weight=8),
     SwarmAction("lookup_prefix", 4, _lookup_prefix, filter_weight=8),
+    SwarmAction("lookup_chain", 3, _lookup_chain),
     SwarmAction("touch", 4, _touch),
     SwarmAction("touch_tracked", 8, _touch_tracked),
     SwarmAction("touch_evicted", 6, _touch_evicted),
@@ -448,6 +503,7 @@ class RunPlan:
     num_keys: int
     steps: int
     mix: tuple[tuple[str, int], ...]
+    scale: bool = False  # a run at scale: its own keys, long batches
 
 
 def draw_plan(rng: random.Random, config: KitConfig, steps: int) -> RunPlan:
@@ -463,6 +519,10 @@ def draw_plan(rng: random.Random, config: KitConfig, steps: int) -> RunPlan:
         num_keys = min(universe, max(num_keys, reuse.max_tracker_size + rng.randint(1, 3)))
     length = rng.choice((steps // 2, steps, steps, 2 * steps))
     mix = draw_mix(rng, config)
+    if config.scale and rng.random() < SCALE_SHARE:
+        num_blocks = rng.choice(SCALE_BLOCKS)
+        num_keys = num_blocks + rng.choice((1, 4, num_blocks // 2, num_blocks))
+        return RunPlan(num_blocks, num_keys, steps, tuple(mix.items()), scale=True)
     return RunPlan(num_blocks, max(1, num_keys), max(1, length), tuple(mix.items()))
 
 
@@ -480,11 +540,21 @@ def run_plan(
     """Make ``plan.steps`` calls on ``harness``; the number of calls made.
     Raises what :meth:`Harness.step` raises (a :class:`Discrepancy`, or the
     manager's own exception)."""
-    keys = harness.keys[: plan.num_keys]  # the others stay ABSENT
-    if rng.random() < ODD_KEY_SHARE:
-        keys += (rng.choice(ODD_KEYS),)
+    max_batch = None
+    if plan.scale:
+        keys = scale_keys(plan.num_keys, rng)
+        max_batch = rng.choice(SCALE_BATCHES)
+    else:
+        keys = harness.keys[: plan.num_keys]  # the others stay ABSENT
+        if rng.random() < ODD_KEY_SHARE:
+            keys += (rng.choice(ODD_KEYS),)
     harness.keys = keys
-    run = Run(harness, rng, keys)
+    run = Run(harness, rng, keys, max_batch)
+    if plan.scale:  # fill the capacity first, and read the chain back whole
+        while len(run.core.blocks) < plan.num_blocks and run.of(PhaseKind.ABSENT):
+            if not _store_and_complete_new(run):
+                break
+        _lookup_chain(run, whole=True)
     names = [name for name, _ in plan.mix]
     weights = [weight for _, weight in plan.mix]
     acts = [_BY_NAME[name].act for name in names]
@@ -501,4 +571,13 @@ def run_plan(
     return made
 
 
-__all__ = ["ACTIONS", "RunPlan", "SwarmAction", "draw_mix", "draw_plan", "run_plan"]
+__all__ = [
+    "ACTIONS",
+    "SCALE_SHARE",
+    "RunPlan",
+    "SwarmAction",
+    "draw_mix",
+    "draw_plan",
+    "run_plan",
+    "scale_keys",
+]

@@ -40,6 +40,7 @@ from kvoffload.stateful import (
 )
 from kvoffload.stateful.check import check_exhaustively
 from kvoffload.stateful.harness import Discrepancy, Harness
+from kvoffload.stateful.replaying import REPLAY_END, Replay
 from kvoffload.stateful.shrink import replay, shrink
 from kvoffload.stateful.targets import BUILTIN_TARGETS, cpu_lru
 
@@ -91,13 +92,14 @@ def test_audit_finds_a_wrong_victim_order_and_the_script_replays_it() -> None:
     # The script runs as it stands (it imports the factory from this module)
     # and stops at the offending call, saying what the specification expects.
     namespace: dict[str, object] = {}
-    with pytest.raises(AssertionError, match="the specification expects") as raised:
+    with pytest.raises(AssertionError, match="the lru model says") as raised:
         exec(compile(report.script, "<replay>", "exec"), namespace)
-    assert "lru order" in str(raised.value)
-    assert isinstance(namespace["m"], CPUOffloadingManager)
+    assert "[policy state] order is" in str(raised.value)
+    replay = namespace["replay"]
+    assert isinstance(replay, Replay) and isinstance(replay.harness.manager, CPUOffloadingManager)
     calls = [line for line in report.script.splitlines() if line.startswith(("m.", "out = m."))]
     assert len(calls) == report.calls
-    assert report.script.splitlines()[-1].startswith("expect(m.policy_state()")
+    assert report.script.splitlines()[-1] == REPLAY_END
 
 
 def test_the_same_defect_passes_as_any_policy() -> None:
