@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Collection, Iterable
+from contextlib import AbstractContextManager
 from itertools import takewhile
 from typing import Any, cast
 
@@ -18,6 +19,7 @@ from mypy_extensions import mypyc_attr
 from kvoffload.impl.backend import Backend, CPUBackend, require_positive_int
 from kvoffload.impl.block import BlockStatus
 from kvoffload.impl.build import BoolArg, IntArg, KeyArg, StrArg
+from kvoffload.impl.lock import ManagerLock
 from kvoffload.impl.policies import (
     CachePolicy,
     LRUCachePolicy,
@@ -122,6 +124,14 @@ class OffloadingManagerCore(OffloadingManager):
         self.block_size = backend.block_size
         self.medium = backend.medium
         self.events: list[OffloadingEvent] | None = [] if enable_events else None
+        self._lock = ManagerLock()
+
+    @property
+    def lock(self) -> AbstractContextManager[object]:
+        """This manager's own lock (a :class:`ManagerLock`, one per
+        manager, non-reentrant): callers sharing the manager between threads
+        hold it around every call; no method takes it."""
+        return self._lock
 
     # --- reads -----------------------------------------------------------
 

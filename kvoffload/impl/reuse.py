@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Collection, Iterable, Mapping
+from contextlib import AbstractContextManager
 from typing import Any, cast
 
 from mypy_extensions import mypyc_attr
@@ -67,6 +68,12 @@ class FilterReusedOffloadingManager(OffloadingManager):
         self.max_tracker_size: int = max_tracker_size
         self.counts: OrderedDict[OffloadKey, int] = OrderedDict()
         self._inspected: InspectableManager | None = None  # the backing last found inspectable
+
+    @property
+    def lock(self) -> AbstractContextManager[object]:
+        """The backing manager's lock: one lock guards the filter's table
+        and everything behind it."""
+        return self.backing.lock
 
     def phase(self, key: KeyArg) -> Phase:
         """The backing manager's phase of ``key`` (needs an inspectable backing)."""

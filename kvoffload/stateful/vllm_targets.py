@@ -25,6 +25,7 @@ import argparse
 import inspect
 import sys
 from collections.abc import Callable, Collection, Iterable
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import attrs
@@ -69,6 +70,12 @@ class ReleaseManager(OffloadingManager):
         features = release.features
         self._touch_context = features.touch_context
         self._complete_context = features.complete_context
+
+    @property
+    def lock(self) -> AbstractContextManager[object]:
+        """The release's manager's ``lock`` (0.33 on), else a no-op."""
+        lock = getattr(self.inner, "lock", None)
+        return lock if lock is not None else nullcontext()
 
     def context_for(self, req_context: ReqContext) -> Any:
         """The release's ``ReqContext`` standing for ``req_context``."""
