@@ -12,6 +12,7 @@ from kvoffload.impl.manager import CPUOffloadingManager
 from kvoffload.impl.reuse import FilterReusedOffloadingManager
 from kvoffload.spec.contract import OffloadingManager
 from kvoffload.spec.errors import ConfigurationError, IllegalTransitionError
+from kvoffload.spec.keys import OffloadKey
 from kvoffload.spec.profile import (
     DEFAULT,
     FilterCounts,
@@ -105,7 +106,7 @@ def test_the_kit_finds_a_core_without_the_options_under_that_profile() -> None:
     assert not report.passed
 
 
-def key(name: str) -> bytes:
+def key(name: str) -> OffloadKey:
     return make_offload_key(name.encode(), 0)
 
 
