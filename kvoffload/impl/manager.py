@@ -27,6 +27,7 @@ from kvoffload.impl.policies import (
     require_policy_name,
     split_victims,
 )
+from kvoffload.impl.stats import ManagerStats
 from kvoffload.spec.contract import (
     LoadStoreSpec,
     OffloadingEvent,
@@ -179,6 +180,13 @@ class OffloadingManagerCore(OffloadingManager):
         self.complete_store_ignores_absent: bool = bool(complete_store_ignores_absent)
         # open requests' uses, by req_id (request-scoped recency only)
         self._requests: dict[str, RequestUse] = {}
+        # occupancy and counters read by stats() (updated once per call)
+        self._num_pending = 0
+        self._num_loading = 0
+        self._blocks_stored = 0
+        self._store_failures = 0
+        self._blocks_evicted = 0
+        self._stores_refused = 0
 
     @property
     def lock(self) -> AbstractContextManager[object]:
@@ -237,8 +245,12 @@ class OffloadingManagerCore(OffloadingManager):
         for block in loaded:
             if block.ref_cnt < 0:
                 self._raise_illegal(listed, Call.PREPARE_LOAD)
+        pinned = 0
         for block in loaded:
             block.ref_cnt += 1
+            if block.ref_cnt == 1:
+                pinned += 1
+        self._num_loading += pinned
         if self.request_scoped:
             use = self._use_of(req_context)
             use.see(listed)
@@ -289,16 +301,19 @@ class OffloadingManagerCore(OffloadingManager):
         if None in blocks:
             self._check_complete_load(listed)
         loaded = cast(list[BlockStatus], blocks)
-        done = 0
+        done = released = 0
         for block in loaded:
             if block.ref_cnt < 1:  # no load left (a repeated key counts twice)
                 break
             block.ref_cnt -= 1
             done += 1
+            if not block.ref_cnt:
+                released += 1
         if done < len(loaded):
             for block in loaded[:done]:
                 block.ref_cnt += 1
             self._check_complete_load(listed)
+        self._num_loading -= released
         policy = self.policy
         if policy.tracks_unpinning():
             unpinned = [key for key, block in zip(listed, loaded) if not block.ref_cnt]
@@ -354,6 +369,7 @@ class OffloadingManagerCore(OffloadingManager):
         if shortfall > 0:
             victims = self.policy.evict(shortfall, protected)
             if victims is None:
+                self._stores_refused += 1
                 return None
             evicted_keys, evicted_blocks = split_victims(victims)
             if _COMPILED:  # a native loop
@@ -362,6 +378,7 @@ class OffloadingManagerCore(OffloadingManager):
             else:  # no interpreted loop
                 deque(map(backend.free, evicted_blocks), maxlen=0)
             evicted = tuple(evicted_keys)
+            self._blocks_evicted += len(evicted)
             self._readable.difference_update(evicted_keys)
             if self.events is not None:
                 self.events.append(
@@ -374,6 +391,7 @@ class OffloadingManagerCore(OffloadingManager):
                 f"backend allocated {len(blocks)} blocks for {len(to_store)} keys"
             )
         self.policy.insert_many(to_store, blocks)
+        self._num_pending += len(to_store)
         if self.request_scoped:
             self._use_of(req_context).inserted.update(to_store)
         return PrepareStoreOutput(
@@ -434,6 +452,8 @@ class OffloadingManagerCore(OffloadingManager):
                     block.ref_cnt = 0
                     stored.append(key)
             if stored:
+                self._num_pending -= len(stored)
+                self._blocks_stored += len(stored)
                 self._readable.update(stored)
                 if self.policy.tracks_unpinning():
                     self.policy.blocks_unpinned(stored)
@@ -443,10 +463,14 @@ class OffloadingManagerCore(OffloadingManager):
                 )
         else:
             remove, free = self.policy.remove, self.backend.free
+            failed = 0
             for key, block in zip(unique, blocks):
                 if block is not None and block.ref_cnt < 0:
                     remove(key)
                     free(block)
+                    failed += 1
+            self._num_pending -= failed
+            self._store_failures += failed
 
     # --- housekeeping ----------------------------------------------------
 
@@ -469,6 +493,24 @@ class OffloadingManagerCore(OffloadingManager):
                 use.commit_order(), use.inserted - use.reused, use.reused
             )
 
+    def stats(self) -> ManagerStats:
+        """A snapshot of the occupancy and counters (:class:`ManagerStats`):
+        O(1), read from counters the calls keep (one addition per call, so
+        nothing is computed on the hot path for it)."""
+        capacity = self.backend.get_num_free_blocks() + len(self._blocks)
+        pending, loading = self._num_pending, self._num_loading
+        return ManagerStats(
+            capacity=capacity,
+            free=self.backend.get_num_free_blocks(),
+            pending=pending,
+            loading=loading,
+            ready=len(self._blocks) - pending - loading,
+            blocks_stored=self._blocks_stored,
+            store_failures=self._store_failures,
+            blocks_evicted=self._blocks_evicted,
+            stores_refused=self._stores_refused,
+        )
+
     def open_requests(self) -> int:
         """How many requests have an open record (request-scoped recency)."""
         return len(self._requests)
@@ -489,6 +531,7 @@ class OffloadingManagerCore(OffloadingManager):
         self.backend.reset([block for _, block in tracked])
         for req_id in self._requests:  # the requests stay open, their uses forgotten
             self._requests[req_id] = RequestUse()
+        self._num_pending = self._num_loading = 0
         if announced and self.events is not None and self.reset_announced:
             self.events.append(
                 OffloadingEvent(

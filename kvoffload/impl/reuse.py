@@ -7,10 +7,12 @@ from collections.abc import Collection, Iterable, Mapping
 from contextlib import AbstractContextManager
 from typing import Any, cast
 
+import attrs
 from mypy_extensions import mypyc_attr
 
 from kvoffload.impl.build import BoolArg, IntArg, KeyArg
 from kvoffload.impl.manager import check_keys, listed_keys
+from kvoffload.impl.stats import ManagerStats
 from kvoffload.spec.contract import (
     InspectableManager,
     InspectablePolicy,
@@ -86,6 +88,7 @@ class FilterReusedOffloadingManager(OffloadingManager):
             FilterCounts.LOOKUPS_TO_FIRST_MISS,
         )
         self.filter_reset_clears: bool = bool(filter_reset_clears)
+        self.stores_skipped = 0  # offered keys not passed on (stats())
         self._inspected: InspectableManager | None = None  # the backing last found inspectable
 
     @property
@@ -202,7 +205,20 @@ class FilterReusedOffloadingManager(OffloadingManager):
             for key in offered
             if counts.get(key, 0) >= threshold or backing.lookup(key, req_context) is True
         ]
+        self.stores_skipped += len(offered) - len(passed)
         return backing.prepare_store(passed, req_context)
+
+    def stats(self) -> ManagerStats:
+        """The backing manager's :class:`ManagerStats` with
+        ``stores_skipped``: offered keys this filter did not pass on.
+        Raises :class:`TypeError` when the backing keeps no stats."""
+        snapshot = getattr(self.backing, "stats", None)
+        if not callable(snapshot):
+            raise TypeError(f"{type(self.backing).__name__} keeps no stats()")
+        found = snapshot()
+        if not isinstance(found, ManagerStats):
+            raise TypeError(f"{type(self.backing).__name__}.stats() is not a ManagerStats")
+        return attrs.evolve(found, stores_skipped=found.stores_skipped + self.stores_skipped)
 
     def reset_cache(self) -> None:
         self.backing.reset_cache()
