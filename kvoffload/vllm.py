@@ -152,6 +152,8 @@ class KVOffloadingManager(OffloadingManager):  # type: ignore[misc]
             complete_store_ignores_absent=PROFILE.complete_store_ignores_absent,
             allow_empty=True,
         )
+        # the core's set of readable keys (never rebound): lookup's hot path
+        self._readable = self.core._readable
         self.manager: LibraryManager = self.core
         self.filter: FilterReusedOffloadingManager | None = None
         if store_threshold >= 2:
@@ -180,9 +182,10 @@ class KVOffloadingManager(OffloadingManager):  # type: ignore[misc]
     # --- lookups and loads ---------------------------------------------------
 
     def lookup(self, key: OffloadKey, req_context: VllmReqContext) -> LookupResult:
-        core = self.core
-        if core.lookup(key, _NO_REQUEST):
+        if key in self._readable:
             return LookupResult.HIT
+        core = self.core
+        core.lookup(key, _NO_REQUEST)  # not readable: raises InvalidKeyError if malformed
         return LookupResult.MISS if core.slot_of(key) is None else LookupResult.HIT_PENDING
 
     def get_load_source(self, key: OffloadKey, req_context: VllmReqContext) -> CacheHitSource:

@@ -12,6 +12,7 @@ from collections import deque
 from collections.abc import Collection, Iterable
 from contextlib import AbstractContextManager
 from itertools import takewhile
+from operator import itemgetter
 from typing import Any, cast
 
 from mypy_extensions import mypyc_attr
@@ -40,7 +41,6 @@ from kvoffload.spec.errors import IllegalTransitionError, OffloadingError
 from kvoffload.spec.keys import (
     GROUP_IDX_BYTES,
     OffloadKey,
-    get_offload_group_idx,
     validate_offload_key,
     validate_offload_keys,
 )
@@ -108,36 +108,37 @@ def _ref_cnt_of(blocks: dict[OffloadKey, BlockStatus], key: object) -> int | Non
     return None if block is None else block.ref_cnt
 
 
+_GROUP_OF = itemgetter(slice(-GROUP_IDX_BYTES, None))
+"""A key's group-index bytes: big-endian, so they sort as the index does."""
+
+
 class RequestUse:
     """What one open request used, kept under request-scoped recency until
     it finishes (the model's ``RequestRecord``): the keys it loaded or
-    offered (``order``, first use first), those it stored (``inserted``),
+    offered (``used``, first use first), those it stored (``inserted``),
     the stored keys it used again (``reused``) and the keys whose store
     misses the policy has seen (``store_missed``)."""
 
-    __slots__ = ("inserted", "order", "reused", "seen", "store_missed")
+    __slots__ = ("inserted", "reused", "store_missed", "used")
 
     def __init__(self) -> None:
-        self.order: list[OffloadKey] = []
-        self.seen: set[OffloadKey] = set()
+        self.used: dict[OffloadKey, None] = {}  # insertion order: first use first
         self.inserted: set[OffloadKey] = set()
         self.reused: set[OffloadKey] = set()
         self.store_missed: set[OffloadKey] = set()
 
     def see(self, keys: Iterable[OffloadKey]) -> None:
-        seen = self.seen
-        for key in keys:
-            if key not in seen:
-                seen.add(key)
-                self.order.append(key)
+        self.used.update(dict.fromkeys(keys))  # a key seen before keeps its place
 
     def reuse(self, keys: Iterable[OffloadKey]) -> None:
-        inserted = self.inserted
-        self.reused.update(key for key in keys if key not in inserted)
+        if self.inserted:
+            self.reused.update(set(keys).difference(self.inserted))
+        else:
+            self.reused.update(keys)
 
     def commit_order(self) -> list[OffloadKey]:
         """The keys used, KV group by KV group, first use first."""
-        return sorted(self.order, key=get_offload_group_idx)
+        return sorted(self.used, key=_GROUP_OF)
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
@@ -488,7 +489,7 @@ class OffloadingManagerCore(OffloadingManager):
         if not self.request_scoped:
             return
         use = self._requests.pop(req_context.req_id, None)
-        if use is not None and use.order:
+        if use is not None and use.used:
             self.policy.commit_request(
                 use.commit_order(), use.inserted - use.reused, use.reused
             )
