@@ -18,6 +18,8 @@ from kvoffload.impl import (
     FilterReusedOffloadingManager,
     LRUCachePolicy,
     LRUOffloadingManager,
+    ManagerLock,
+    ManagerStats,
     OffloadingManagerCore,
     make_cache_policy,
 )
@@ -82,6 +84,8 @@ __all__ = [
     "LRUCachePolicy",
     "LRUOffloadingManager",
     "LoadStoreSpec",
+    "ManagerLock",
+    "ManagerStats",
     "OffloadKey",
     "OffloadingError",
     "OffloadingEvent",

@@ -6,6 +6,7 @@ torch lazily.
 
 from kvoffload.impl.backend import Backend, CPUBackend
 from kvoffload.impl.block import BlockStatus
+from kvoffload.impl.lock import ManagerLock
 from kvoffload.impl.manager import (
     CPUOffloadingManager,
     LRUOffloadingManager,
@@ -19,6 +20,7 @@ from kvoffload.impl.policies import (
 )
 from kvoffload.impl.reuse import FilterReusedOffloadingManager
 from kvoffload.impl.specs import BlockIDsLoadStoreSpec, CPULoadStoreSpec
+from kvoffload.impl.stats import ManagerStats
 
 __all__ = [
     "ARCCachePolicy",
@@ -32,6 +34,8 @@ __all__ = [
     "FilterReusedOffloadingManager",
     "LRUCachePolicy",
     "LRUOffloadingManager",
+    "ManagerLock",
+    "ManagerStats",
     "OffloadingManagerCore",
     "make_cache_policy",
 ]
