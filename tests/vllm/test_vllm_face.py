@@ -305,3 +305,55 @@ def test_the_face_module_is_not_imported_by_kvoffload() -> None:
     )
     assert done.stdout.split() == ["False", "False"], done.stderr
 
+
+
+def test_threads_sharing_the_face_under_its_lock(vllm: Any) -> None:
+    """The scheduler's rule (every call under ``manager.lock``) with three
+    threads on one face: afterwards no slot is shared or leaked and nothing
+    is left in flight."""
+    import random
+    import threading
+
+    from vllm.v1.kv_offload.base import ReqContext
+
+    manager = face_spec(vllm, 8, eviction_policy="arc").get_manager()
+    every_key = keys_of("s", 16)
+    errors: list[BaseException] = []
+
+    def worker(index: int) -> None:
+        rng = random.Random(index)
+        try:
+            for round_ in range(150):
+                ctx = ReqContext(req_id=f"t{index}-{round_}")
+                start = rng.randrange(0, 10)
+                prompt = every_key[start : start + rng.randrange(1, 6)]
+                with manager.lock:
+                    manager.on_new_request(ctx)
+                    hits = 0
+                    while hits < len(prompt) and manager.lookup(prompt[hits], ctx).name == "HIT":
+                        hits += 1
+                    if hits:
+                        manager.prepare_load(prompt[:hits], ctx)
+                    output = manager.prepare_store(prompt[hits:], ctx)
+                with manager.lock:
+                    if hits:
+                        manager.complete_load(prompt[:hits], ctx)
+                    if output is not None:
+                        manager.complete_store(output.keys_to_store, ctx)
+                    manager.on_request_finished(ctx)
+        except BaseException as error:  # noqa: BLE001 - reported by the test
+            errors.append(error)
+
+    threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert not any(t.is_alive() for t in threads)
+    assert not errors, errors
+    stats = manager.stats()
+    assert (stats.pending, stats.loading) == (0, 0)
+    slots = [manager.core.slot_of(k) for k in every_key if manager.core.slot_of(k) is not None]
+    assert len(set(slots)) == len(slots) == stats.ready
+    assert stats.free + stats.ready == 8
+    assert manager.core.open_requests() == 0
