@@ -157,7 +157,19 @@ def test_zero_chunks_refuse_every_store_as_vllm_does(vllm: Any) -> None:
     assert ours.get_stats().gauges["vllm:kv_offload_cpu_cache_usage_perc"] == 0.0
 
 
-def test_a_scheduler_sequence_through_manager_and_worker(vllm: Any) -> None:
+def _cuda() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return bool(torch.cuda.is_available())
+
+
+@pytest.mark.parametrize(
+    "device",
+    ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not _cuda(), reason="no GPU"))],
+)
+def test_a_scheduler_sequence_through_manager_and_worker(vllm: Any, device: str) -> None:
     torch = pytest.importorskip("torch")
     from vllm.v1.kv_offload.base import (
         CanonicalKVCacheRef,
@@ -171,7 +183,7 @@ def test_a_scheduler_sequence_through_manager_and_worker(vllm: Any) -> None:
 
     spec = face_spec(vllm, 8)
     manager = spec.get_manager()
-    gpu = torch.zeros((NUM_GPU_BLOCKS, PAGE_BYTES), dtype=torch.int8)
+    gpu = torch.zeros((NUM_GPU_BLOCKS, PAGE_BYTES), dtype=torch.int8, device=device)
     caches = CanonicalKVCaches(
         tensors=[CanonicalKVCacheTensor(tensor=gpu, page_size_bytes=PAGE_BYTES)],
         group_data_refs=[[CanonicalKVCacheRef(tensor_idx=0, page_size_bytes=PAGE_BYTES)]],
