@@ -99,6 +99,7 @@ BLOCK_SIZE_ALIGNMENT = mmap.PAGESIZE
 to its shared region's page size)."""
 
 _NO_REQUEST = ReqContext(req_id="")
+_HIT = LookupResult.HIT
 
 
 def _block_ids(spec: LoadStoreSpec) -> Any:
@@ -183,7 +184,7 @@ class KVOffloadingManager(OffloadingManager):  # type: ignore[misc]
 
     def lookup(self, key: OffloadKey, req_context: VllmReqContext) -> LookupResult:
         if key in self._readable:
-            return LookupResult.HIT
+            return _HIT
         core = self.core
         core.lookup(key, _NO_REQUEST)  # not readable: raises InvalidKeyError if malformed
         return LookupResult.MISS if core.slot_of(key) is None else LookupResult.HIT_PENDING

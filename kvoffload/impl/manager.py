@@ -138,7 +138,13 @@ class RequestUse:
 
     def commit_order(self) -> list[OffloadKey]:
         """The keys used, KV group by KV group, first use first."""
-        return sorted(self.used, key=_GROUP_OF)
+        used = list(self.used)
+        if used:
+            group = used[0][-GROUP_IDX_BYTES:]
+            for key in used:
+                if not key.endswith(group):  # several groups: sort (stable)
+                    return sorted(used, key=_GROUP_OF)
+        return used
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
