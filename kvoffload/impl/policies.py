@@ -302,18 +302,29 @@ class ARCCachePolicy(CachePolicy):
                     t2.add(key, block)
             elif key in t2:
                 t2.move_to_end(key)
-            elif key in b1:
-                delta = max(1, len(b2) / len(b1))
-                self.target_t1_size = min(self.target_t1_size + delta, self.cache_capacity)
-                b1.move_to_end(key)
-            elif key in b2:
-                delta = max(1, len(b1) / len(b2))
-                self.target_t1_size = max(self.target_t1_size - delta, 0)
-                b2.move_to_end(key)
+            elif key in b1 or key in b2:
+                self._ghost_hit(key)
+
+    def _ghost_hit(self, key: OffloadKey) -> None:
+        """A use of ghost ``key`` (in B1 or B2): the target moves towards
+        the list it is in, and the ghost becomes that list's most recent."""
+        b1, b2 = self.b1, self.b2
+        if key in b1:
+            delta = max(1, len(b2) / len(b1))
+            self.target_t1_size = min(self.target_t1_size + delta, self.cache_capacity)
+            b1.move_to_end(key)
+        else:
+            delta = max(1, len(b1) / len(b2))
+            self.target_t1_size = max(self.target_t1_size - delta, 0)
+            b2.move_to_end(key)
 
     def store_missed(self, keys: Sequence[OffloadKey]) -> None:
-        if self.b1 or self.b2:
-            self.touch(keys)
+        """As :meth:`touch` of untracked keys: only ghosts count."""
+        b1, b2 = self.b1, self.b2
+        if b1 or b2:
+            for key in reversed(keys):
+                if key in b1 or key in b2:
+                    self._ghost_hit(key)
 
     def commit_request(
         self,
