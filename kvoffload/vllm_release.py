@@ -8,7 +8,8 @@ installed one (``site-packages``) or one extracted from its wheel (only
 
 The release's own modules are imported unchanged. The handful of other vLLM
 modules they import (a logger, the ``BlockHash`` type, ``cdiv``, a metrics
-record, two enums) are replaced by small stand-ins *only when missing* from
+record, two enums, the canonical-layout name the file tier's path mapper
+imports) are replaced by small stand-ins *only when missing* from
 ``DIR``; none of them carries any of vLLM's offloading logic. vLLM's
 ``vllm/__init__.py`` is not run: the ``vllm`` and ``vllm.v1`` packages are
 set up to point at ``DIR`` without it, so an installed release does not pull
@@ -356,6 +357,7 @@ class _CacheHitSource(enum.Enum):
     """Stand-in for ``vllm.v1.metrics.cache_hit_source.CacheHitSource``."""
 
     HOST = "host"
+    DISK = "disk"
     EXTERNAL_UNSPECIFIED = "external_unspecified"
 
 
@@ -363,7 +365,19 @@ def _stub_cache_hit_source(module: types.ModuleType) -> None:
     module.CacheHitSource = _CacheHitSource  # type: ignore[attr-defined]
 
 
+def _stub_canonical_mapping(module: types.ModuleType) -> None:
+    def canonical_format_id(layout: object) -> str:
+        """Stand-in: a name for a canonical KV layout (the file tier puts it
+        in its directory name)."""
+        return f"canonical-{layout}"
+
+    module.canonical_format_id = canonical_format_id  # type: ignore[attr-defined]
+
+
 _STUBS: dict[str, Callable[[types.ModuleType], None]] = {
+    "vllm.distributed.kv_transfer.kv_connector.v1.offloading.canonical_mapping": (
+        _stub_canonical_mapping
+    ),
     "vllm.logger": _stub_logger,
     "vllm.v1.core.kv_cache_utils": _stub_kv_cache_utils,
     "vllm.distributed.kv_events": _stub_kv_events,

@@ -6,6 +6,7 @@ torch lazily.
 
 from kvoffload.impl.backend import Backend, CPUBackend
 from kvoffload.impl.block import BlockStatus
+from kvoffload.impl.fs_tier import FileSystemTier, FsyncPolicy
 from kvoffload.impl.lock import ManagerLock
 from kvoffload.impl.manager import (
     CPUOffloadingManager,
@@ -31,7 +32,9 @@ __all__ = [
     "CPULoadStoreSpec",
     "CPUOffloadingManager",
     "CachePolicy",
+    "FileSystemTier",
     "FilterReusedOffloadingManager",
+    "FsyncPolicy",
     "LRUCachePolicy",
     "LRUOffloadingManager",
     "ManagerLock",

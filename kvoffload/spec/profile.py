@@ -112,6 +112,14 @@ class Profile:
     ``complete_store_ignores_absent``: ``complete_store`` of a key that is
     not tracked (never stored, evicted, failed, reset) is a no-op instead of
     an illegal call.
+    ``tier_capacity_bounded``: a secondary tier holds at most the
+    ``capacity_blocks`` it was built with (``T4 tier capacity``); when False
+    (vLLM 0.33's ``example`` and ``fs`` tiers take no capacity) the tier is
+    bounded only by its medium and the kit does not count its keys.
+    ``tier_stale_misses``: a tier's ``lookup`` may answer MISS from a
+    verdict cached earlier in the request (vLLM 0.33's ``fs`` tier caches
+    each probe until every request that asked has finished), so a MISS does
+    not show that the key left the tier; when False it does.
 
     docs/SPEC.md ("Profiles") gives each option's meaning in the models.
     """
@@ -130,6 +138,8 @@ class Profile:
     event_block_size: bool = True
     validates_keys: bool = True
     complete_store_ignores_absent: bool = False
+    tier_capacity_bounded: bool = True
+    tier_stale_misses: bool = False
 
     def describe(self) -> str:
         """One line naming every option's value."""

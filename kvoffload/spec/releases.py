@@ -159,8 +159,15 @@ VLLM_0_33 = attrs.evolve(
     # with success=False appends a metadata_only removal for keys never
     # announced stored; the engine does not publish such events.
     private_events=True,
+    # tiering/example/manager.py and tiering/fs/manager.py take no capacity:
+    # the example tier grows without bound, the fs tier is bounded by its disk.
+    tier_capacity_bounded=False,
+    # tiering/async_lookup.py caches each probe's verdict until every request
+    # that asked has finished: a MISS may predate a store that completed since.
+    tier_stale_misses=True,
 )
-"""vLLM 0.33: private clean-up events."""
+"""vLLM 0.33: private clean-up events; secondary tiers without a capacity,
+whose lookups may answer a stale MISS."""
 
 PRESETS: tuple[Profile, ...] = (
     VLLM_0_19,

@@ -48,6 +48,36 @@ class Invariant(enum.Enum):
         "a prompt requested store_threshold times in a row, with room, is then read back whole",
     )
 
+    # --- secondary tiers (kvoffload.spec.tier_model; docs/SPEC.md, "Secondary tiers")
+    TIER_LIFECYCLE = (
+        "T0 tier lifecycle",
+        "every observed change of a tier key is a row of the tier table (no key evicted "
+        "while a load of it is in flight)",
+    )
+    TIER_READABLE = (
+        "T1 tier readable",
+        "a key is readable from a tier only after its store completed, and reads back "
+        "that store's bytes",
+    )
+    TIER_PROMOTION_SLOTS = (
+        "T2 promotion slots",
+        "a promotion writes only its job's primary slots, never one that is pinned or readable",
+    )
+    TIER_CASCADE_PINS = (
+        "T3 cascade pins",
+        "a cascade reads only primary slots pinned for it, until its job completes",
+    )
+    TIER_CAPACITY = ("T4 tier capacity", "at most capacity_blocks keys readable from a tier")
+    TIER_JOBS = (
+        "T5 tier jobs",
+        "every job's result is reported exactly once; its successful keys are a subset of "
+        "its keys",
+    )
+    TIER_DRAIN = (
+        "T6 tier drain",
+        "after drain_jobs nothing is in flight and every result is available",
+    )
+
     def __init__(self, label: str, rule: str) -> None:
         self.label = label
         self.rule = rule

@@ -8,6 +8,10 @@
 - :class:`LegacyManagerAdapter` audits managers written against the older
   block-hash-list API.
 - :func:`check_exhaustively` runs every call sequence up to a depth.
+- :func:`audit_tier` holds a secondary tier (vLLM 0.33's
+  ``SecondaryTierManager`` shape) built by
+  ``factory(capacity_blocks, primary_kv_view)`` to the tier model, bytes
+  included (:mod:`kvoffload.stateful.tier_audit`).
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from kvoffload.stateful.harness import (
 from kvoffload.stateful.legacy import LegacyManagerAdapter, LegacyOffloadingManager
 from kvoffload.stateful.machine import ManagerMachine, make_manager_machine
 from kvoffload.stateful.profiles import register_profiles
+from kvoffload.stateful.tier_audit import audit_tier
 
 
 def conformance_test(
@@ -113,6 +118,7 @@ __all__ = [
     "ManagerMachine",
     "ReuseFilterParams",
     "audit",
+    "audit_tier",
     "conformance_test",
     "machine_test_case",
     "make_manager_machine",

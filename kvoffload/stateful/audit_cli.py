@@ -1,7 +1,10 @@
 """``python -m kvoffload audit``: the main job.
 
 With no ``--target`` it audits every built-in manager and policy (and the
-reuse filter) and prints a table; with ``--target module:callable`` it audits
+reuse filter) and the built-in secondary tiers, and prints a table; with
+``--tier module:callable`` it audits the secondary tier
+``callable(capacity_blocks, primary_kv_view)`` builds
+(:func:`~kvoffload.stateful.tier_audit.audit_tier`); with ``--target module:callable`` it audits
 ``callable(num_blocks)``; with ``--vllm DIR`` it audits the vLLM release
 under ``DIR`` (:mod:`kvoffload.stateful.vllm_targets`), one line per target.
 While a target runs, its progress goes to stderr. Exit status 1 on any
@@ -23,7 +26,14 @@ from kvoffload.spec.profile import DEFAULT, LEGACY, Profile, preset_names, profi
 from kvoffload.stateful.auditing import DEFAULT_EXAMPLES, AuditReport, audit
 from kvoffload.stateful.harness import POLICIES, ReuseFilterParams, with_overrides
 from kvoffload.stateful.legacy import LegacyManagerAdapter
-from kvoffload.stateful.targets import BUILTIN_TARGETS, BuiltinTarget
+from kvoffload.stateful.targets import (
+    BUILTIN_TARGETS,
+    BUILTIN_TIER_TARGETS,
+    BuiltinTarget,
+    TierFactory,
+)
+from kvoffload.stateful.tier_audit import audit_tier
+from kvoffload.stateful.tier_harness import REQUIRED_METHODS
 
 Factory = Callable[[int], OffloadingManager]
 
@@ -194,6 +204,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "reuse filter, each under the release's profile",
     )
     parser.add_argument(
+        "--tier",
+        metavar="MODULE:FACTORY",
+        help="audit a secondary tier: FACTORY(capacity_blocks, primary_kv_view) returns one "
+        "in vLLM 0.33's SecondaryTierManager shape (any object with its methods)",
+    )
+    parser.add_argument(
         "--examples", type=positive_int, default=None, help="runs per target (default 500; each a fresh manager and a random plan)"
     )
     parser.add_argument(
@@ -274,7 +290,97 @@ class Progress:
         self.stream.flush()
 
 
+def resolve_tier(spec: str) -> TierFactory:
+    """Import ``module:callable`` for ``--tier``: it must be callable as
+    ``factory(capacity_blocks, primary_kv_view)`` and return an object with
+    a tier's methods (checked by name on one tier built with capacity 1;
+    :class:`TargetError` otherwise)."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise TargetError(f"--tier must look like module:callable, got {spec!r}")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as error:
+        raise TargetError(f"cannot import {module_name!r}: {error}") from error
+    factory: object = module
+    for part in attr.split("."):
+        factory = getattr(factory, part, None)
+        if factory is None:
+            raise TargetError(f"{module_name!r} has no attribute {attr!r}")
+    if not callable(factory):
+        raise TargetError(f"{spec} is not callable")
+    try:
+        inspect.signature(factory).bind(1, memoryview(b""))
+    except TypeError:
+        raise TargetError(
+            f"{spec} is not a tier factory: it cannot be called as "
+            f"{spec}(capacity_blocks, primary_kv_view)"
+        ) from None
+    except ValueError:
+        pass  # no signature to inspect: the call below decides
+    view = memoryview(bytearray(64)).cast("B", (1, 64))
+    try:
+        tier = cast(TierFactory, factory)(1, view)
+    except Exception as error:
+        raise TargetError(
+            f"{spec}(1, primary_kv_view) raised {type(error).__name__}: {error}; "
+            "it must return a secondary tier"
+        ) from None
+    missing = [name for name in REQUIRED_METHODS if not callable(getattr(tier, name, None))]
+    shutdown = getattr(tier, "shutdown", None)
+    if callable(shutdown):
+        shutdown()
+    if missing:
+        raise TargetError(
+            f"{spec}(1, primary_kv_view) returned {type(tier).__name__}, not a secondary "
+            f"tier (no {', '.join(missing)})"
+        )
+    return cast(TierFactory, factory)
+
+
+def _audit_tiers(
+    targets: Sequence[tuple[str, TierFactory, str | None]], args: argparse.Namespace,
+    profile: Profile,
+) -> list[AuditReport]:
+    reports = []
+    for name, factory, import_path in targets:
+        print(f"auditing tier {name} ...", end=" ", flush=True)
+        report = audit_tier(
+            factory,
+            profile=profile,
+            seed=args.seed,
+            max_examples=args.examples,
+            stateful_step_count=args.steps,
+            name=name,
+            factory_import=import_path,
+        )
+        print(
+            "ok" if report.passed else "VIOLATION",
+            f"({report.seconds:.1f} s, seed {report.seed})",
+        )
+        reports.append(report)
+    return reports
+
+
+def run_tier(args: argparse.Namespace) -> int:
+    """``audit --tier MODULE:FACTORY``: one tier, its verdict, its replay."""
+    try:
+        factory = resolve_tier(args.tier)
+        profile = profile_from_args(args)
+    except TargetError as error:
+        print(f"kvoffload audit: error: {error}", file=sys.stderr)
+        return 2
+    (report,) = _audit_tiers([(args.tier, factory, args.tier)], args, profile)
+    print(report.render())
+    return 0 if report.passed else 1
+
+
 def run(args: argparse.Namespace) -> int:
+    if getattr(args, "tier", None) is not None:
+        if args.target is not None or getattr(args, "vllm", None) is not None:
+            print("kvoffload audit: --tier excludes --target and --vllm", file=sys.stderr)
+            return 2
+        return run_tier(args)
     if getattr(args, "vllm", None) is not None:
         if args.target is not None:
             print("kvoffload audit: --vllm and --target exclude each other", file=sys.stderr)
@@ -316,6 +422,9 @@ def run(args: argparse.Namespace) -> int:
         for warning in report.warnings:
             print(f"  WARNING: {warning}")
         reports.append(report)
+    if args.target is None:
+        tiers = [(t.name, t.factory, t.import_path) for t in BUILTIN_TIER_TARGETS]
+        reports += _audit_tiers(tiers, args, profile)
     header = (
         f"{'target':<36} {'policy':<11} {'result':<22} "
         f"{'examples':>8} {'steps':>8} {'seconds':>7} {'steps/s':>9}"
@@ -347,5 +456,7 @@ __all__ = [
     "positive_int",
     "profile_from_args",
     "resolve_target",
+    "resolve_tier",
     "run",
+    "run_tier",
 ]

@@ -118,7 +118,8 @@ SEED_ENV = "KVOFFLOAD_AUDIT_SEED"
 """Environment variable: the seed of every audit not given one."""
 
 
-def _default_seed() -> int:
+def default_seed() -> int:
+    """A fresh seed, or ``KVOFFLOAD_AUDIT_SEED``'s when it is set."""
     fixed = os.environ.get(SEED_ENV)
     if fixed is None or not fixed.strip():
         return random.SystemRandom().randrange(2**32)
@@ -194,7 +195,7 @@ def audit(
     if stateful_step_count is None:
         stateful_step_count = DEFAULT_STEPS
     if seed is None:
-        seed = _default_seed()
+        seed = default_seed()
     target = name or str(getattr(factory, "__qualname__", repr(factory)))
     report = _audit(config, target, seed, max_examples, stateful_step_count, factory_import,
                     context_import)

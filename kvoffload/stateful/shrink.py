@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 import attrs
 
@@ -58,6 +59,48 @@ def _smaller_ops(op: Operation) -> list[Operation]:
     ]
 
 
+T = TypeVar("T")
+
+
+def shrink_sequence(
+    ops: Sequence[T],
+    fails: Callable[[list[T]], list[T] | None],
+    smaller: Callable[[T], list[T]],
+    *,
+    time_budget: float = 10.0,
+) -> list[T]:
+    """Delta debugging over any call sequence: the shortest sequence found
+    for which ``fails(candidate)`` returns the calls it kept (those up to the
+    failing one), dropping chunks of calls, then, call by call, the
+    ``smaller(call)`` variants (one key fewer). The manager kit and the tier
+    kit (:mod:`kvoffload.stateful.tier_audit`) both shrink with it."""
+    deadline = time.perf_counter() + time_budget
+    current = list(ops)
+    chunk = max(1, len(current) // 2)
+    while chunk >= 1 and time.perf_counter() < deadline:
+        start, progressed = 0, False
+        while start < len(current) and time.perf_counter() < deadline:
+            candidate = current[:start] + current[start + chunk :]
+            kept = fails(candidate) if candidate else None
+            if kept is not None and len(kept) < len(current):
+                current, progressed = kept, True
+            else:
+                start += chunk
+        if not progressed:
+            chunk //= 2
+    index = 0
+    while index < len(current) and time.perf_counter() < deadline:
+        for variant in smaller(current[index]):
+            candidate = current[:index] + [variant] + current[index + 1 :]
+            kept = fails(candidate)
+            if kept is not None and len(kept) <= len(current):
+                current = kept
+                break
+        else:
+            index += 1
+    return current
+
+
 def shrink(
     config: KitConfig,
     num_blocks: int,
@@ -67,8 +110,6 @@ def shrink(
     time_budget: float = 10.0,
 ) -> list[Operation]:
     """The shortest sequence found that still fails with ``kind``."""
-    deadline = time.perf_counter() + time_budget
-    current = list(ops)
 
     def still_fails(candidate: list[Operation]) -> list[Operation] | None:
         harness, error = replay(config, num_blocks, candidate)
@@ -77,29 +118,7 @@ def shrink(
         # keep only the calls up to the failing one
         return [op for op, _ in harness.trace] or candidate
 
-    chunk = max(1, len(current) // 2)
-    while chunk >= 1 and time.perf_counter() < deadline:
-        start, progressed = 0, False
-        while start < len(current) and time.perf_counter() < deadline:
-            candidate = current[:start] + current[start + chunk :]
-            kept = still_fails(candidate) if candidate else None
-            if kept is not None and len(kept) < len(current):
-                current, progressed = kept, True
-            else:
-                start += chunk
-        if not progressed:
-            chunk //= 2
-    index = 0
-    while index < len(current) and time.perf_counter() < deadline:
-        for smaller in _smaller_ops(current[index]):
-            candidate = current[:index] + [smaller] + current[index + 1 :]
-            kept = still_fails(candidate)
-            if kept is not None and len(kept) <= len(current):
-                current = kept
-                break
-        else:
-            index += 1
-    return current
+    return shrink_sequence(ops, still_fails, _smaller_ops, time_budget=time_budget)
 
 
 def fewest_blocks(

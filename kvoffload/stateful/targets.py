@@ -8,6 +8,7 @@ Each factory enables events (the kit checks them). They are importable as
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import attrs
 
@@ -70,3 +71,30 @@ BUILTIN_TARGETS: tuple[BuiltinTarget, ...] = (
     BuiltinTarget("FilterReused(lru)", filtered_lru, "lru", FILTER),
     BuiltinTarget("FilterReused(arc)", filtered_arc, "arc", FILTER),
 )
+
+
+TierFactory = Callable[[int, memoryview], Any]
+"""``factory(capacity_blocks, primary_kv_view) -> tier``."""
+
+
+@attrs.frozen
+class BuiltinTierTarget:
+    """One secondary tier of the default audit (``audit_tier``)."""
+
+    name: str
+    factory: TierFactory
+
+    @property
+    def import_path(self) -> str:
+        return f"{self.factory.__module__}:{self.factory.__name__}"
+
+
+BUILTIN_TIER_TARGETS: tuple[BuiltinTierTarget, ...] = ()
+"""The library's own secondary tiers, audited by the main job after the
+managers (one row each). A tier joins with one line here, e.g.
+``BuiltinTierTarget("FileSystemTier", file_system_tier)`` where
+``file_system_tier(capacity_blocks, primary_kv_view)``, a function of this
+module, returns ``TempDirTier(FileSystemTier(d, capacity_blocks,
+primary_kv_view), d)`` for ``d = tempfile.mkdtemp()``
+(:class:`~kvoffload.stateful.tier_harness.TempDirTier` removes ``d`` at
+shutdown)."""

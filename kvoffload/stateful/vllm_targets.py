@@ -40,7 +40,7 @@ from kvoffload.spec.contract import (
     count_hits,
 )
 from kvoffload.spec.keys import OffloadKey
-from kvoffload.spec.profile import profile_named
+from kvoffload.spec.profile import Profile, profile_named
 from kvoffload.spec.releases import preset_for_generation
 from kvoffload.stateful.auditing import DEFAULT_EXAMPLES, DEFAULT_STEPS, AuditReport, audit
 from kvoffload.stateful.harness import ReuseFilterParams, with_overrides
@@ -332,6 +332,7 @@ def run_release_audit(args: argparse.Namespace) -> int:
             flush=True,
         )
         reports.append((target, report))
+    tier_reports = _audit_release_tiers(release, profile, args)
     failures = [(t, r) for t, r in reports if not r.passed]
     for target, report in failures:
         print()
@@ -341,4 +342,46 @@ def run_release_audit(args: argparse.Namespace) -> int:
             _replay_header(release, target),
         )
         print(text)
-    return 1 if failures else 0
+    for name, report in tier_reports:
+        if not report.passed:
+            print()
+            print(report.render().replace(
+                "from your_module import factory  # the audited factory",
+                "from kvoffload.stateful.vllm_tiers import make_tier_factory\n"
+                f"factory = make_tier_factory({str(release.root)!r}, {name!r})"
+                f"  # {release.describe()}",
+            ))
+    return 1 if failures or any(not r.passed for _, r in tier_reports) else 0
+
+
+def _audit_release_tiers(
+    release: VllmRelease, profile: Profile, args: argparse.Namespace
+) -> list[tuple[str, AuditReport]]:
+    """The release's secondary tiers (0.33 on: ``tier example``, ``tier fs``
+    in a temporary directory), one line each, under the release's profile."""
+    from kvoffload.stateful.tier_audit import audit_tier
+    from kvoffload.stateful.vllm_tiers import (
+        CHUNK_BYTES,
+        TIER_EXAMPLES,
+        release_tier_factories,
+    )
+
+    reports = []
+    for name, factory in release_tier_factories(release).items():
+        report = audit_tier(
+            factory,
+            profile=profile,
+            seed=args.seed,
+            max_examples=args.examples or TIER_EXAMPLES.get(name),
+            stateful_step_count=args.steps,
+            name=f"tier {name}",
+            chunk_bytes=CHUNK_BYTES,
+        )
+        word, _, detail = report.verdict().partition(": ")
+        print(
+            f"{word} tier {name}{': ' + detail if detail else ''} ({report.examples} "
+            f"examples, {report.steps} steps, {report.seconds:.1f} s)",
+            flush=True,
+        )
+        reports.append((name, report))
+    return reports

@@ -1,0 +1,348 @@
+"""``audit_tier()``: hold a secondary tier to the tier model and report.
+
+>>> from kvoffload.stateful import audit_tier
+>>> report = audit_tier(my_factory, seed=1)      # doctest: +SKIP
+>>> print(report.render())                       # doctest: +SKIP
+
+``my_factory(capacity_blocks, primary_kv_view)`` returns a tier in vLLM
+0.33's ``SecondaryTierManager`` shape, taken structurally. Each run builds a
+fresh tier over a fresh primary memory (:class:`TierHarness`) and makes the
+calls a tiering manager makes, drawn at random with a mix drawn per run:
+cascades (also re-stores of present keys), promotions of keys the model
+holds present, polls, drains at random points, requests finished with jobs
+in flight, resets, lookups, censuses (every key looked up; capacity), and
+pauses that let the tier's threads run. Every run ends with a drain and a
+census. The first violation is shrunk (the shared delta debugging of
+:mod:`kvoffload.stateful.shrink`) into a replay script.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+
+import attrs
+
+from kvoffload.spec.profile import DEFAULT, Profile
+from kvoffload.spec.tier_model import IllegalTierCallError, InvalidTierJobError
+from kvoffload.spec.violations import Invariant, SpecViolation
+from kvoffload.stateful.auditing import AuditReport, default_seed
+from kvoffload.stateful.drivers import run_seed
+from kvoffload.stateful.shrink import shrink_sequence
+from kvoffload.stateful.tier_harness import ROW_BYTES, TierFactory, TierHarness, TierOp
+
+DEFAULT_TIER_EXAMPLES = 500
+DEFAULT_TIER_STEPS = 40
+ROWS = 12
+"""Primary slots of the kit's primary memory."""
+
+DRIVER = "tier"
+
+POLL_THREAD_EVERY = 2
+"""One run in this many has a tier-poll thread (:class:`PollThread`)."""
+
+_KINDS = (
+    "store", "load", "poll", "lookup", "drain", "settle", "finish_request",
+    "schedule_end", "touch", "census", "reset", "take_events", "lookup_loading",
+)
+
+
+@attrs.frozen
+class TierRunShape:
+    """What one run's tier looks like."""
+
+    capacity: int
+    num_keys: int
+    rows: int = ROWS
+    row_bytes: int = ROW_BYTES
+
+
+def draw_shape(rng: random.Random, row_bytes: int = ROW_BYTES) -> TierRunShape:
+    capacity = rng.randint(1, 4)
+    return TierRunShape(
+        capacity, rng.randint(capacity + 1, 2 * capacity + 3), row_bytes=row_bytes
+    )
+
+
+def draw_ops(rng: random.Random, shape: TierRunShape, steps: int) -> list[TierOp]:
+    """A run's calls: a weight per kind drawn for the run (swarm testing),
+    then ``steps`` calls. Promotions name keys the kit has stored (the
+    harness decides at run time whether the model holds them present: see
+    :meth:`TierHarness.load`); the run ends with a drain and a census."""
+    weights = [rng.choice((0, 1, 3, 6)) for _ in _KINDS]
+    weights[0] = max(weights[0], 3)  # always store
+    ops: list[TierOp] = [TierOp("new_request", (0,))]
+    open_requests, next_request = [0], 1
+    stored: list[int] = []
+    for _ in range(steps):
+        kind = rng.choices(_KINDS, weights)[0]
+        req = rng.choice(open_requests) if open_requests else 0
+        size = rng.randint(1, min(3, shape.num_keys))
+        if kind == "store":
+            pool = list(range(shape.num_keys))
+            if stored and rng.random() < 0.3:  # re-stores of keys stored before
+                pool = sorted(set(stored))
+            keys = rng.sample(pool, min(size, len(pool)))
+            stored += keys
+            ops.append(TierOp("store", (keys, req)))
+        elif kind == "load" and stored:
+            keys = rng.sample(sorted(set(stored)), min(size, len(set(stored))))
+            ops.append(TierOp("load", (keys, req)))
+        elif kind in ("lookup", "load"):
+            ops.append(TierOp("lookup", (rng.randrange(shape.num_keys), req)))
+        elif kind == "touch":
+            ops.append(TierOp("touch", (rng.sample(range(shape.num_keys), size), req)))
+        elif kind == "finish_request":
+            if open_requests:
+                ops.append(TierOp("finish_request", (open_requests.pop(0),)))
+            ops.append(TierOp("new_request", (next_request,)))
+            open_requests.append(next_request)
+            next_request += 1
+        else:
+            ops.append(TierOp(kind))
+    ops += [TierOp("drain"), TierOp("census"), TierOp("take_events")]
+    return ops
+
+
+POLL_INTERVAL = 0.0002
+"""Seconds between two polls of the tier-poll thread."""
+
+
+class PollThread(threading.Thread):
+    """The tier-poll thread: calls ``get_finished_jobs`` (the harness's
+    ``poll`` step) every :data:`POLL_INTERVAL` seconds under the callers'
+    lock, as vLLM's tiering manager polls its tiers between engine steps,
+    while the main thread makes the other calls under the same lock."""
+
+    def __init__(self, harness: TierHarness, lock: threading.Lock) -> None:
+        super().__init__(daemon=True, name="kvoffload-tier-poll")
+        self.harness = harness
+        self.lock = lock
+        self.stopping = threading.Event()
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        while not self.stopping.is_set():
+            with self.lock:
+                if self.stopping.is_set():
+                    return
+                try:
+                    self.harness.step(TierOp("poll"))
+                except Exception as error:
+                    self.error = error
+                    return
+            time.sleep(POLL_INTERVAL)
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.join(timeout=10)
+
+
+def replay(
+    factory: TierFactory,
+    shape: TierRunShape,
+    ops: list[TierOp],
+    profile: Profile = DEFAULT,
+    *,
+    poll_thread: bool = False,
+) -> tuple[TierHarness | None, BaseException | None]:
+    """Run ``ops`` on a fresh tier; the harness and the failure (None if
+    all held). With ``poll_thread`` a :class:`PollThread` polls the tier
+    meanwhile, and ``harness.ops`` records the calls of both threads in the
+    order they took effect (a sequential replay of that order is then
+    deterministic as far as the callers go). The tier is shut down either
+    way."""
+    try:
+        harness = make_harness(factory, shape, profile)
+    except Exception as error:  # the factory itself failed
+        return None, error
+    lock = threading.Lock()
+    poller = PollThread(harness, lock) if poll_thread else None
+    failure: BaseException | None = None
+    try:
+        if poller is not None:
+            poller.start()
+        for op in ops:
+            with lock:
+                if poller is not None and poller.error is not None:
+                    break
+                harness.step(op)
+    except Exception as error:
+        failure = error
+    finally:
+        if poller is not None:
+            poller.stop()
+            if failure is None:
+                failure = poller.error
+        try:
+            harness.close()
+        except Exception:  # noqa: S110 - a failing shutdown is reported by the run, not here
+            pass
+    if failure is not None and _is_kit_error(failure):
+        raise failure
+    return harness, failure
+
+
+def make_harness(factory: TierFactory, shape: TierRunShape, profile: Profile) -> TierHarness:
+    return TierHarness(
+        factory,
+        shape.capacity,
+        rows=shape.rows,
+        num_keys=shape.num_keys,
+        row_bytes=shape.row_bytes,
+        bounded=profile.tier_capacity_bounded,
+        stale_misses=profile.tier_stale_misses,
+    )
+
+
+def _is_kit_error(error: BaseException) -> bool:
+    """An error raised by the kit's own model (a bug of the kit)."""
+    if isinstance(error, (IllegalTierCallError, InvalidTierJobError)):
+        return True
+    if isinstance(error, SpecViolation):
+        return False
+    tb = error.__traceback__
+    last = None
+    while tb is not None:
+        last = tb.tb_frame.f_code.co_filename
+        tb = tb.tb_next
+    if last is None:
+        return False
+    where = last.replace("\\", "/")
+    return any(f"kvoffload/{part}" in where for part in _KIT_FILES)
+
+
+_KIT_FILES = ("spec/tier_model", "stateful/tier_harness", "stateful/tier_audit")
+
+
+def failure_kind(error: BaseException) -> str:
+    if isinstance(error, SpecViolation):
+        return error.invariant.label
+    return f"crash:{type(error).__name__}"
+
+
+def _smaller(op: TierOp) -> list[TierOp]:
+    keys = op.key_list
+    if keys is None or len(keys) < 2:
+        return []
+    return [
+        TierOp(op.method, (keys[:i] + keys[i + 1 :],) + op.args[1:]) for i in range(len(keys))
+    ]
+
+
+def audit_tier(
+    factory: TierFactory,
+    *,
+    profile: Profile = DEFAULT,
+    seed: int | None = None,
+    max_examples: int | None = None,
+    stateful_step_count: int | None = None,
+    name: str | None = None,
+    factory_import: str | None = None,
+    time_limit: float | None = None,
+    chunk_bytes: int = ROW_BYTES,
+) -> AuditReport:
+    """Audit the tiers ``factory(capacity_blocks, primary_kv_view)`` builds
+    against the tier model (:mod:`kvoffload.spec.tier_model`).
+
+    ``profile``: the conventions the tier keeps (its tier options, e.g.
+    ``tier_capacity_bounded``). ``seed``: as :func:`~kvoffload.stateful.audit`
+    (None draws one, or reads ``KVOFFLOAD_AUDIT_SEED``; the report prints
+    it). ``max_examples`` runs (default :data:`DEFAULT_TIER_EXAMPLES`) of
+    about ``stateful_step_count`` calls (default
+    :data:`DEFAULT_TIER_STEPS`), or fewer when ``time_limit`` seconds pass.
+    ``factory_import`` (``"module:callable"``) lets the replay script import
+    the factory. ``chunk_bytes``: the bytes of one primary slot (a file
+    tier writing with ``O_DIRECT`` needs a multiple of the disk's block,
+    e.g. 4096). A tier the factory cannot build is reported as a failure
+    (invariant ``no crash``).
+    """
+    runs = DEFAULT_TIER_EXAMPLES if max_examples is None else max_examples
+    steps = DEFAULT_TIER_STEPS if stateful_step_count is None else stateful_step_count
+    if seed is None:
+        seed = default_seed()
+    target = name or str(getattr(factory, "__qualname__", repr(factory)))
+    started = time.perf_counter()
+    deadline = None if time_limit is None else started + time_limit
+    done_runs = done_steps = 0
+    failure: BaseException | None = None
+    failing: tuple[TierRunShape, list[TierOp]] | None = None
+    driver = DRIVER
+    failed_harness: TierHarness | None = None
+    for index in range(runs):
+        if deadline is not None and time.perf_counter() > deadline:
+            break
+        rng = run_seed(seed, index)
+        shape = draw_shape(rng, chunk_bytes)
+        ops = draw_ops(rng, shape, rng.randint(max(4, steps // 4), steps))
+        threaded = index % POLL_THREAD_EVERY == POLL_THREAD_EVERY - 1
+        harness, error = replay(factory, shape, ops, profile, poll_thread=threaded)
+        done_runs += 1
+        done_steps += len(harness.trace) if harness is not None else 0
+        if error is not None:
+            failure = error
+            driver = DRIVER + (" + poll thread" if threaded else "")
+            failing = (shape, list(harness.ops) if harness is not None else [])
+            failed_harness = harness
+            break
+    report = AuditReport(
+        target,
+        f"tier/{profile.name}",
+        True,
+        done_runs,
+        done_steps,
+        time.perf_counter() - started,
+        seed=seed,
+        driver=driver,
+    )
+    if failure is None or failing is None:
+        return report
+    shape, ops = failing
+    kind = failure_kind(failure)
+
+    def fails(candidate: list[TierOp]) -> list[TierOp] | None:
+        harness, error = replay(factory, shape, candidate, profile)
+        if error is None or failure_kind(error) != kind:
+            return None
+        return candidate[: len(harness.trace)] if harness is not None else candidate
+
+    if failing[1]:
+        ops = shrink_sequence(ops, fails, _smaller)
+    harness, shrunk = replay(factory, shape, ops, profile)
+    note = ""
+    if shrunk is None or failure_kind(shrunk) != kind:
+        # a race with the tier's own threads that a sequential replay did not
+        # repeat: report the calls in the order they took effect
+        shrunk, harness = failure, failed_harness
+        note = (
+            " (a race with the tier's own threads: the replay makes the callers' "
+            "interleaving deterministic, the tier's threads may need a few runs)"
+        )
+    invariant = shrunk.invariant if isinstance(shrunk, SpecViolation) else Invariant.CRASH
+    if isinstance(shrunk, SpecViolation):
+        message = f"invariant {invariant.label}: {shrunk.reason}{note}"
+    else:
+        message = f"the tier raised {type(shrunk).__name__}: {shrunk}{note}"
+    script = harness.script(factory_import, message) if harness is not None else None
+    return attrs.evolve(
+        report,
+        passed=False,
+        invariant=invariant,
+        message=message,
+        script=script,
+        calls=len(harness.trace) if harness is not None else 0,
+        seconds=time.perf_counter() - started,
+    )
+
+
+__all__ = [
+    "DEFAULT_TIER_EXAMPLES",
+    "DEFAULT_TIER_STEPS",
+    "TierRunShape",
+    "audit_tier",
+    "draw_ops",
+    "draw_shape",
+    "replay",
+]
+

@@ -1,0 +1,568 @@
+"""The kit's side of a secondary tier: primary memory, jobs, and checks.
+
+A :class:`TierHarness` owns the primary tier's memory (a page-aligned
+anonymous mapping, one row of ``row_bytes`` per primary slot, handed to the tier as a 2-D
+``memoryview``), builds jobs as a tiering manager does, calls the tier, and
+after every step holds what it observed to the model
+(:class:`~kvoffload.spec.tier_model.TierModel`), bytes included:
+
+- a cascade's slots are filled with :func:`~kvoffload.spec.tier_model.chunk_pattern`
+  of (key, version) and left untouched while the job is in flight; once the
+  job is reported they are *released*: the kit overwrites them at once
+  with a filler, as a primary that reuses its slots would, so a tier that
+  reads a slot after its cascade completed stores the filler (``T3``);
+- a promotion's slots are allocated from free rows; when its result comes,
+  each key that made it must hold exactly a pattern the model accepts for
+  that key (``T1``; another key's chunk there is ``T2``);
+- every row outside the promotions in flight must hold what the kit last
+  wrote there (``T2``).
+
+Each public method is one step of a replay script (:meth:`TierHarness.script`
+renders the trace as calls of these methods).
+"""
+
+from __future__ import annotations
+
+import mmap
+import shutil
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import attrs
+
+from kvoffload.spec.contract import LookupResult, ReqContext
+from kvoffload.spec.keys import OffloadKey, make_offload_key
+from kvoffload.spec.tier_contract import TierJob
+from kvoffload.spec.tier_model import (
+    TierModel,
+    check_capacity,
+    check_drained,
+    chunk_pattern,
+)
+from kvoffload.spec.violations import Invariant, SpecViolation
+
+TierFactory = Callable[[int, memoryview], Any]
+"""``factory(capacity_blocks, primary_kv_view) -> tier`` (taken structurally)."""
+
+ROW_BYTES = 64
+"""Bytes per primary slot (one chunk) in the kit's primary memory."""
+
+REQUIRED_METHODS = ("lookup", "submit_store", "submit_load", "get_finished_jobs", "drain_jobs")
+"""What every tier has; the other methods of the contract are optional."""
+
+RETRY_ROUNDS = 50
+"""A census asks a key answering RETRY again this many times (calling the
+tier's ``on_schedule_end`` and pausing 1 ms between rounds)."""
+
+
+class TempDirTier:
+    """A tier that lives in a temporary directory, removed when the tier is
+    shut down; every other attribute is the tier's own. What a factory of a
+    file tier returns, e.g. ``TempDirTier(FileSystemTier(d, capacity_blocks,
+    primary_kv_view), d)`` with ``d = tempfile.mkdtemp()``."""
+
+    def __init__(self, tier: Any, directory: str) -> None:
+        self._tier = tier
+        self._directory = directory
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._tier, name)
+
+    def shutdown(self) -> None:
+        try:
+            hook = getattr(self._tier, "shutdown", None)
+            if callable(hook):
+                hook()
+        finally:
+            shutil.rmtree(self._directory, ignore_errors=True)
+
+
+def tier_keys(count: int) -> list[OffloadKey]:
+    """The kit's key universe: ``K[i]`` of a replay script."""
+    return [make_offload_key(b"tier%03d" % i, 0) for i in range(count)]
+
+
+def lookup_answer(raw: object) -> LookupResult:
+    """A tier's ``lookup`` answer as a :class:`LookupResult`, read by name
+    (vLLM's enum or ours), or from a bool (``None``: RETRY); HIT_PENDING
+    counts as RETRY for a tier."""
+    if raw is None:
+        return LookupResult.RETRY
+    if isinstance(raw, bool):
+        return LookupResult.HIT if raw else LookupResult.MISS
+    name = getattr(raw, "name", None)
+    if name in ("HIT", "MISS", "RETRY"):
+        return LookupResult[name]
+    if name == "HIT_PENDING":
+        return LookupResult.RETRY
+    raise SpecViolation(Invariant.CRASH, f"lookup answered {raw!r}, not a LookupResult")
+
+
+@attrs.frozen
+class TierOp:
+    """One step: a :class:`TierHarness` method and its arguments."""
+
+    method: str
+    args: tuple[Any, ...] = ()
+
+    def render(self) -> str:
+        return f"t.{self.method}({', '.join(repr(a) for a in self.args)})"
+
+    @property
+    def key_list(self) -> list[int] | None:
+        """The key indices of a store/load/touch (the shrinker drops keys)."""
+        if self.args and isinstance(self.args[0], list):
+            return list(self.args[0])
+        return None
+
+
+@attrs.define
+class TierHarness:
+    """One tier, its primary memory and its model (see the module docstring).
+
+    ``capacity``: the tier's ``capacity_blocks``; ``rows``: primary slots;
+    ``num_keys``: the key universe (``K``).
+    """
+
+    factory: TierFactory
+    capacity: int
+    rows: int = 16
+    num_keys: int = 8
+    row_bytes: int = ROW_BYTES
+    bounded: bool = True
+    stale_misses: bool = False
+    keys: list[OffloadKey] = attrs.field(init=False)
+    memory: mmap.mmap = attrs.field(init=False)
+    view: memoryview = attrs.field(init=False)
+    tier: Any = attrs.field(init=False)
+    model: TierModel = attrs.field(init=False)
+    expected: list[bytes] = attrs.field(init=False)
+    owner: list[int | None] = attrs.field(init=False)
+    fillers: dict[bytes, int] = attrs.field(init=False, factory=dict)
+    trace: list[str] = attrs.field(init=False, factory=list)
+    ops: list[TierOp] = attrs.field(init=False, factory=list)
+    next_job: int = 0
+    versions: dict[OffloadKey, int] = attrs.field(init=False, factory=dict)
+    stored_ever: set[OffloadKey] = attrs.field(init=False, factory=set)
+    announced: set[OffloadKey] = attrs.field(init=False, factory=set)
+    census_count: int = 0
+
+    def __attrs_post_init__(self) -> None:
+        self.keys = tier_keys(self.num_keys)
+        # page-aligned (an anonymous mapping), as a tier writing with O_DIRECT needs
+        self.memory = mmap.mmap(-1, self.rows * self.row_bytes)
+        self.view = memoryview(self.memory).cast("B", (self.rows, self.row_bytes))
+        self.expected = [bytes(self.row_bytes)] * self.rows
+        self.owner = [None] * self.rows
+        for row in range(self.rows):
+            self._fill(row)
+        self.model = TierModel(self.capacity)
+        self.tier = self.factory(self.capacity, self.view)
+        missing = [m for m in REQUIRED_METHODS if not callable(getattr(self.tier, m, None))]
+        if missing:
+            raise TypeError(
+                f"the factory returned {type(self.tier).__name__}, not a secondary tier "
+                f"(no {', '.join(missing)})"
+            )
+
+    # --- primary memory -------------------------------------------------
+
+    def _row(self, row: int) -> bytes:
+        start = row * self.row_bytes
+        return bytes(self.memory[start : start + self.row_bytes])
+
+    def _write(self, row: int, data: bytes) -> None:
+        start = row * self.row_bytes
+        self.memory[start : start + self.row_bytes] = data
+        self.expected[row] = data
+
+    def _fill(self, row: int) -> None:
+        """Overwrite a released row with a filler unique to this moment."""
+        data = chunk_pattern(b"filler%04d" % row, len(self.fillers), self.row_bytes)
+        self.fillers[data] = row
+        self._write(row, data)
+
+    def _free_rows(self, count: int) -> list[int] | None:
+        """``count`` free rows, in an order that is not the rows' order (a
+        tier that sorts or shifts slots is caught), or None."""
+        free = [r for r in range(self.rows) if self.owner[r] is None]
+        if count == 0 or len(free) < count:
+            return None
+        turn = self.next_job % len(free)
+        free = free[turn:] + free[:turn]
+        return free[:count][::-1] if self.next_job % 2 else free[:count]
+
+    def check_rows(self) -> None:
+        """``T2``: every row outside the promotions in flight holds what the
+        kit last wrote there."""
+        for row in range(self.rows):
+            owner = self.owner[row]
+            if owner is not None and self.model.jobs[owner].job.is_promotion:
+                continue
+            if self._row(row) != self.expected[row]:
+                what = f"pinned for cascade {owner}" if owner is not None else "not in any job"
+                raise SpecViolation(
+                    Invariant.TIER_PROMOTION_SLOTS,
+                    f"primary slot {row} ({what}) was written by the tier",
+                )
+
+    def _describe(
+        self, data: bytes, key: OffloadKey, job_keys: Iterable[OffloadKey]
+    ) -> tuple[Invariant, str]:
+        """Why ``data`` is not an acceptable chunk of ``key``."""
+        if data in self.fillers:
+            return (
+                Invariant.TIER_CASCADE_PINS,
+                f"it holds the filler the kit wrote into primary slot {self.fillers[data]} "
+                "after a cascade released it: the tier read that slot after its job completed",
+            )
+        for other in self.keys:
+            for version in range(1, self.versions.get(other, 0) + 1):
+                if data == chunk_pattern(other, version, self.row_bytes):
+                    if other == key:
+                        return (
+                            Invariant.TIER_READABLE,
+                            f"it holds version {version} of the key, not a version stored "
+                            "since the key was last seen absent (stale)",
+                        )
+                    if other in job_keys:
+                        return (
+                            Invariant.TIER_PROMOTION_SLOTS,
+                            f"it holds the chunk of key {other!r} (version {version}), also "
+                            "in this promotion: a chunk went to the wrong slot",
+                        )
+                    return (
+                        Invariant.TIER_CASCADE_PINS,
+                        f"it holds the chunk of key {other!r} (version {version}): the "
+                        "cascade of this key read a primary slot not pinned for it (or "
+                        "after its job completed, once the slot held that chunk)",
+                    )
+        return Invariant.TIER_READABLE, "it matches no chunk ever stored (a torn or partial read)"
+
+    # --- calls ------------------------------------------------------------
+
+    def _ask(self, key: OffloadKey, req: int | ReqContext) -> LookupResult:
+        """``lookup(key)``, checked against the model: the answer."""
+        context = req if isinstance(req, ReqContext) else self._context(req)
+        answer = lookup_answer(self.tier.lookup(key, context))
+        if answer is LookupResult.MISS and self.stale_misses:
+            return answer  # a MISS may be a verdict cached before a store landed
+        self.model = self.model.observe(key, answer)
+        return answer
+
+    def _record(self, text: str) -> None:
+        """Note what the current step observed (a comment on its script line)."""
+        comment = text.partition("#")[2].strip()
+        if comment and self.trace:
+            call = self.trace[-1].partition("  #")[0]
+            self.trace[-1] = f"{call}  # {comment}"
+
+    def step(self, op: TierOp) -> None:
+        """Run ``op`` (one method call), recording it first, then check the
+        rows (``T2``). Callers on several threads hold one lock around
+        ``step`` (as vLLM's callers hold the manager's lock): ``ops`` is then
+        the calls in the order they took effect."""
+        self.ops.append(op)
+        self.trace.append(op.render())
+        getattr(self, op.method)(*op.args)
+        self.check_rows()
+
+    def _spell(self, keys: Iterable[OffloadKey]) -> str:
+        return "[" + ", ".join(f"K[{self.keys.index(k)}]" for k in keys) + "]"
+
+    def _context(self, req: int) -> ReqContext:
+        return ReqContext(req_id=f"req-{req}")
+
+    def lookup(self, index: int, req: int = 0) -> LookupResult:
+        """``lookup(K[index])`` for request ``req``; checked against the model."""
+        answer = self._ask(self.keys[index], req)
+        self._record(f"t.lookup({index}, req={req})  # {answer.name}")
+        return answer
+
+    def store(self, indices: list[int], req: int = 0) -> int | None:
+        """A cascade of ``K[i]`` for ``i`` in ``indices``: looks each key up
+        first (checked), fills free rows with each key's next version, pins
+        them, submits. None when the
+        primary has no free rows for it (nothing is done)."""
+        rows = self._free_rows(len(indices))
+        if rows is None or not indices:
+            return None
+        keys = tuple(self.keys[i] for i in indices)
+        before = []
+        for key in keys:  # what the tier holds now: a key it evicted is re-stored fresh
+            before.append(self._ask(key, req).name)
+        versions = []
+        for key, row in zip(keys, rows):
+            version = self.versions.get(key, 0) + 1
+            self.versions[key] = version
+            versions.append(version)
+            self._write(row, chunk_pattern(key, version, self.row_bytes))
+        job = TierJob(self.next_job, keys, tuple(rows), False, self._context(req))
+        self.next_job += 1
+        for row in rows:
+            self.owner[row] = job.job_id
+        self.stored_ever.update(keys)
+        self.model = self.model.submit_store(job, versions)
+        self._record(
+            f"t.store({list(indices)}, req={req})  # lookup first: {before}; job {job.job_id}: "
+            f"versions {versions} from slots {list(rows)}"
+        )
+        self.tier.submit_store(job)
+        return job.job_id
+
+    def load(self, indices: list[int], req: int = 0) -> int | None:
+        """A promotion of those ``K[i]`` the model holds present (a tiering
+        manager promotes only keys the tier answered HIT for; one the tier
+        evicted since is promoted all the same, and must fail) into free
+        rows, allocated for it. None when no key is present or the primary
+        has no free rows for it."""
+        indices = [i for i in indices if self.model.key(self.keys[i]).present]
+        rows = self._free_rows(len(indices))
+        if rows is None or not indices:
+            return None
+        keys = tuple(self.keys[i] for i in indices)
+        job = TierJob(self.next_job, keys, tuple(rows), True, self._context(req))
+        self.next_job += 1
+        for row in rows:
+            self.owner[row] = job.job_id
+        self.model = self.model.submit_load(job)
+        self.tier.submit_load(job)
+        answers = []
+        for key in keys:
+            answer = lookup_answer(self.tier.lookup(key, self._context(req)))
+            answers.append(answer.name)
+            if answer is LookupResult.MISS and self.stale_misses:
+                answer = LookupResult.RETRY
+            self.model = self.model.confirm_load(job.job_id, key, answer)
+        self._record(
+            f"t.load({list(indices)}, req={req})  # job {job.job_id} into slots {list(rows)}; "
+            f"then lookup: {answers}"
+        )
+        return job.job_id
+
+    def poll(self) -> list[int]:
+        """``get_finished_jobs()``: each result checked (job reported once,
+        keys a subset, bytes of every key that made it); the job's rows are
+        released. The ids reported."""
+        results = list(self.tier.get_finished_jobs())
+        ids = []
+        notes = []
+        for result in results:
+            job_id = int(result.job_id)
+            ids.append(job_id)
+            keys = getattr(result, "successful_keys", None)
+            before = self.model
+            self.model, record, made_it = self.model.report(job_id, bool(result.success), keys)
+            notes.append(f"{job_id}:{'ok' if len(made_it) == len(record.job.keys) else len(made_it)}")
+            job = record.job
+            for key, row in zip(job.keys, job.chunk_ids):
+                if job.is_promotion:
+                    data = self._row(row)
+                    accepted = before.acceptable_chunks(key, self.row_bytes, record)
+                    if key in made_it and data not in accepted:
+                        invariant, why = self._describe(data, key, job.keys)
+                        elsewhere = [
+                            other for other in job.chunk_ids
+                            if other != row and self._row(other) in accepted
+                        ]
+                        if elsewhere:
+                            invariant, why = (
+                                Invariant.TIER_PROMOTION_SLOTS,
+                                f"the key's chunk went to slot {elsewhere[0]}, another key's "
+                                "slot of this promotion",
+                            )
+                        elif data == self.expected[row]:
+                            invariant, why = (
+                                Invariant.TIER_READABLE,
+                                "the slot still holds what it held before: the promotion "
+                                "wrote nothing there",
+                            )
+                        raise SpecViolation(
+                            invariant,
+                            f"promotion {job_id} reported key {key!r} loaded into slot {row}, "
+                            f"but {why}",
+                        )
+                    self.expected[row] = data
+                    self.owner[row] = None
+                else:
+                    self.owner[row] = None
+                    self._fill(row)
+        self._record(f"t.poll()  # reported {notes}")
+        self._check_pins()
+        return ids
+
+    def _check_pins(self) -> None:
+        """Look up the keys pinned by promotions still in flight (``T0``:
+        one seen evicted must then be loaded by its promotion)."""
+        for key in sorted({k for r in self.model.jobs.values() for k in r.pinned}):
+            self._ask(key, 0)
+
+    def drain(self) -> None:
+        """``drain_jobs()``, then ``get_finished_jobs()``: nothing may remain
+        in flight (``T6``); a job still missing after a further 20 ms is
+        lost (``T5``)."""
+        self.tier.drain_jobs()
+        self._record("t.drain()")
+        self.poll()
+        if self.model.jobs:
+            time.sleep(0.02)
+            self.poll()
+            if self.model.jobs:
+                raise SpecViolation(
+                    Invariant.TIER_JOBS,
+                    f"jobs {list(self.model.in_flight())} were never reported (lost)",
+                )
+            raise SpecViolation(
+                Invariant.TIER_DRAIN, "drain_jobs returned while jobs were still in flight"
+            )
+        pending = getattr(self.tier, "has_pending_work", None)
+        check_drained(self.model, bool(pending()) if callable(pending) else None)
+
+    def settle(self) -> None:
+        """Let the tier's own threads run for a millisecond."""
+        time.sleep(0.001)
+        self._record("t.settle()")
+
+    def new_request(self, req: int) -> None:
+        hook = getattr(self.tier, "on_new_request", None)
+        if callable(hook):
+            hook(self._context(req))
+        self._record(f"t.new_request({req})")
+
+    def finish_request(self, req: int) -> None:
+        """``on_request_finished``: jobs of the request may still be in flight."""
+        hook = getattr(self.tier, "on_request_finished", None)
+        if callable(hook):
+            hook(self._context(req))
+        self._record(f"t.finish_request({req})")
+
+    def schedule_end(self) -> None:
+        hook = getattr(self.tier, "on_schedule_end", None)
+        if callable(hook):
+            hook(None)
+        self._record("t.schedule_end()")
+
+    def touch(self, indices: list[int], req: int = 0) -> None:
+        hook = getattr(self.tier, "touch", None)
+        if callable(hook):
+            hook([self.keys[i] for i in indices], self._context(req))
+        self._record(f"t.touch({list(indices)}, req={req})")
+
+    def reset(self) -> None:
+        """What the tiering manager's ``reset_cache`` does to a tier: drain
+        it, take every result, and release every primary slot (the kit
+        overwrites them all)."""
+        self._record("t.reset()")
+        self.drain()
+        for row in range(self.rows):
+            self._fill(row)
+
+    def take_events(self) -> None:
+        """``take_events()``: a stored event names a key stored before
+        (``T1``); per key, stored and removed alternate (``6 events``)."""
+        hook = getattr(self.tier, "take_events", None)
+        if not callable(hook):
+            return
+        events = list(hook())
+        self._record(f"t.take_events()  # {len(events)} events")
+        for event in events:
+            removed = bool(getattr(event, "removed", False))
+            for raw in getattr(event, "keys", ()):
+                key = OffloadKey(bytes(raw))
+                if not removed and key not in self.stored_ever:
+                    raise SpecViolation(
+                        Invariant.TIER_READABLE, f"a stored event for {key!r}, never stored"
+                    )
+                if removed != (key in self.announced):
+                    word = "removed without being stored" if removed else "stored twice"
+                    raise SpecViolation(Invariant.EVENTS, f"tier event: {key!r} {word}")
+                (self.announced.discard if removed else self.announced.add)(key)
+
+    def lookup_loading(self, req: int = 0) -> int:
+        """Look up every key a promotion in flight pins: each must still be
+        readable, or its promotion must make it (``T0``). How many keys."""
+        pinned = sorted({k for r in self.model.jobs.values() for k in r.pinned})
+        answers = []
+        for key in pinned:
+            answers.append(self._ask(key, req).name)
+        self._record(f"t.lookup_loading()  # {answers}")
+        return len(pinned)
+
+    def census(self) -> int:
+        """Look up every key (asking again while RETRY); every answer is
+        checked against the model, and the HITs number at most
+        ``capacity`` (``T4``). The number of HITs."""
+        req = 1000 + self.census_count
+        self.census_count += 1
+        context = self._context(req)
+        hits: list[OffloadKey] = []
+        waiting = list(range(self.num_keys))
+        for _ in range(RETRY_ROUNDS):
+            retry = []
+            for index in waiting:
+                key = self.keys[index]
+                answer = self._ask(key, context)
+                if answer is LookupResult.HIT:
+                    hits.append(key)
+                elif answer is LookupResult.RETRY:
+                    retry.append(index)
+            waiting = retry
+            if not waiting:
+                break
+            hook = getattr(self.tier, "on_schedule_end", None)
+            if callable(hook):
+                hook(None)
+            time.sleep(0.001)
+        finish = getattr(self.tier, "on_request_finished", None)
+        if callable(finish):
+            finish(context)
+        self._record(f"t.census()  # {len(hits)} HIT")
+        if self.bounded:
+            check_capacity(self.model, hits)
+        return len(hits)
+
+    def close(self) -> None:
+        """``shutdown()`` (when the tier has it)."""
+        hook = getattr(self.tier, "shutdown", None)
+        if callable(hook):
+            hook()
+
+    # --- the replay script --------------------------------------------------
+
+    def script(self, factory_import: str | None, failure: str) -> str:
+        """The trace as a Python script: each step a call of this class's
+        method; the last one raises the violation."""
+        if factory_import:
+            module, _, name = factory_import.partition(":")
+            head = f"from {module} import {name} as factory"
+        else:
+            head = "from your_module import factory  # the audited factory"
+        lines = [
+            "# Replays a secondary-tier failure found by `kvoffload audit --tier`.",
+            head,
+            "from kvoffload.stateful.tier_harness import TierHarness",
+            "",
+            f"t = TierHarness(factory, capacity={self.capacity}, rows={self.rows}, "
+            f"num_keys={self.num_keys}, row_bytes={self.row_bytes})",
+            "try:",
+            *[f"    {line}" for line in self.trace],
+            "    t.check_rows()",
+            "    raise SystemExit('the failure did not recur (a race: run the script again)')",
+            "finally:",
+            "    t.close()",
+            f"# expected: {failure}",
+        ]
+        return "\n".join(lines) + "\n"
+
+
+__all__ = [
+    "REQUIRED_METHODS",
+    "ROW_BYTES",
+    "TierFactory",
+    "TierHarness",
+    "TempDirTier",
+    "TierOp",
+    "lookup_answer",
+    "tier_keys",
+]

@@ -1,0 +1,184 @@
+"""The tier table and model (kvoffload.spec.tier_model), and their docs."""
+
+from __future__ import annotations
+
+import itertools
+import re
+from pathlib import Path
+
+import pytest
+
+from kvoffload.spec.contract import LookupResult
+from kvoffload.spec.keys import make_offload_key
+from kvoffload.spec.tier_contract import TierJob
+from kvoffload.spec.tier_model import (
+    FORBIDDEN,
+    TIER_TRANSITIONS,
+    IllegalTierCallError,
+    InvalidTierJobError,
+    TierCall,
+    TierKey,
+    TierModel,
+    TierPhaseKind,
+    check_capacity,
+    check_drained,
+    chunk_pattern,
+    render_tier_mermaid,
+    render_tier_table,
+    tier_apply,
+)
+from kvoffload.spec.violations import Invariant, SpecViolation
+
+A, B = make_offload_key(b"a", 0), make_offload_key(b"b", 0)
+SPEC = Path(__file__).resolve().parents[2] / "docs" / "SPEC.md"
+
+STATES = [
+    TierKey(),
+    TierKey(storing=(1,)),
+    TierKey(storing=(1, 2)),
+    TierKey(present=True, versions=frozenset({1})),
+    TierKey(present=True, versions=frozenset({1}), storing=(2,)),
+    TierKey(present=True, versions=frozenset({1}), loads=1),
+    TierKey(present=True, versions=frozenset({1}), loads=2),
+    TierKey(present=False, loads=1, evicted_under_load=True),
+]
+
+
+@pytest.mark.parametrize(("state", "call"), list(itertools.product(STATES, TierCall)))
+def test_every_pair_follows_the_table_or_is_refused(state: TierKey, call: TierCall) -> None:
+    version = state.storing[0] if state.storing and call in (
+        TierCall.STORE_OK, TierCall.STORE_FAILED) else 9
+    row = TIER_TRANSITIONS.get((state.kind, call))
+    if row is None:
+        expected = FORBIDDEN.get((state.kind, call))
+        error_type = SpecViolation if expected else IllegalTierCallError
+        with pytest.raises(error_type):
+            tier_apply(A, state, call, version)
+        return
+    if call in (TierCall.STORE_OK, TierCall.STORE_FAILED) and not state.storing:
+        with pytest.raises(IllegalTierCallError):
+            tier_apply(A, state, call, version)
+        return
+    after = tier_apply(A, state, call, version)
+    assert after.kind in row.targets
+
+
+def test_readable_only_after_a_store_completed() -> None:
+    model = TierModel(2)
+    with pytest.raises(SpecViolation) as caught:
+        model.observe(A, LookupResult.HIT)
+    assert caught.value.invariant is Invariant.TIER_READABLE
+    job = TierJob(0, (A,), (3,), False)
+    model = model.submit_store(job, [1])
+    assert model.phase(A) is TierPhaseKind.STORING
+    assert model.observe(A, LookupResult.MISS).phase(A) is TierPhaseKind.STORING
+    model, _, made = model.report(0, True, None)
+    assert made == {A} and model.phase(A) is TierPhaseKind.PRESENT
+    assert model.acceptable_chunks(A, 16) == {chunk_pattern(A, 1, 16)}
+    evicted = model.observe(A, LookupResult.MISS)
+    assert evicted.phase(A) is TierPhaseKind.ABSENT and not evicted.acceptable_chunks(A, 16)
+
+
+def test_a_failed_store_leaves_the_key_absent_and_its_bytes_unreadable() -> None:
+    model = TierModel(2).submit_store(TierJob(0, (A, B), (0, 1), False), [1, 1])
+    model, _, made = model.report(0, False, [B])
+    assert made == {B}
+    assert model.phase(A) is TierPhaseKind.ABSENT and model.phase(B) is TierPhaseKind.PRESENT
+
+
+def test_each_result_is_reported_exactly_once_and_names_only_its_keys() -> None:
+    model = TierModel(2).submit_store(TierJob(0, (A,), (0,), False), [1])
+    with pytest.raises(SpecViolation, match="never submitted") as unknown:
+        model.report(7, True, None)
+    assert unknown.value.invariant is Invariant.TIER_JOBS
+    with pytest.raises(SpecViolation, match="does not hold"):
+        model.report(0, False, [B])
+    with pytest.raises(SpecViolation, match="success=True"):
+        model.submit_store(TierJob(1, (B,), (1,), False), [1]).report(1, True, [])
+    done, _, _ = model.report(0, True, None)
+    with pytest.raises(SpecViolation, match="second time") as twice:
+        done.report(0, True, None)
+    assert twice.value.invariant is Invariant.TIER_JOBS
+
+
+def _present(key: bytes = A) -> TierModel:
+    model = TierModel(2).submit_store(TierJob(0, (A,), (0,), False), [1])
+    return model.report(0, True, None)[0]
+
+
+def test_a_promotion_pins_its_keys_until_reported() -> None:
+    model = _present().submit_load(TierJob(1, (A,), (5,), True))
+    assert model.phase(A) is TierPhaseKind.LOADING
+    seen_evicted = model.observe(A, LookupResult.MISS)
+    # evicted after the copy finished: legal if the load makes it...
+    after, _, _ = seen_evicted.report(1, True, None)
+    assert after.phase(A) is TierPhaseKind.ABSENT
+    # ...a breach of the pin if it fails
+    with pytest.raises(SpecViolation) as caught:
+        seen_evicted.report(1, False, None)
+    assert caught.value.invariant is Invariant.TIER_LIFECYCLE
+
+
+def test_a_promotion_of_a_key_the_tier_lost_must_fail() -> None:
+    model = _present().submit_load(TierJob(1, (A,), (5,), True))
+    model = model.confirm_load(1, A, LookupResult.MISS)  # evicted before the load
+    assert model.phase(A) is TierPhaseKind.ABSENT
+    with pytest.raises(SpecViolation) as caught:
+        model.report(1, True, None)
+    assert caught.value.invariant is Invariant.TIER_READABLE
+    failed, _, made = model.report(1, False, None)
+    assert not made and not failed.jobs
+
+
+def test_a_store_in_flight_may_serve_a_promotion_of_its_key() -> None:
+    model = _present().submit_load(TierJob(1, (A,), (5,), True))
+    model = model.confirm_load(1, A, LookupResult.MISS)
+    model = model.submit_store(TierJob(2, (A,), (6,), False), [2])
+    after, record, made = model.report(1, True, None)
+    assert made == {A} and chunk_pattern(A, 2, 8) in after.acceptable_chunks(A, 8, record)
+
+
+def test_a_job_the_model_cannot_take_is_refused_with_a_typed_error() -> None:
+    model = TierModel(2).submit_store(TierJob(0, (A,), (0,), False), [1])
+    for job in (TierJob(0, (B,), (1,), False), TierJob(1, (A, A), (1, 2), False),
+                TierJob(2, (B,), (1, 2), True)):
+        with pytest.raises(InvalidTierJobError):
+            model.submit_load(job) if job.is_promotion else model.submit_store(job, [1])
+
+
+def test_capacity_and_drain() -> None:
+    model = TierModel(1)
+    check_capacity(model, [A])
+    with pytest.raises(SpecViolation) as caught:
+        check_capacity(model, [A, B])
+    assert caught.value.invariant is Invariant.TIER_CAPACITY
+    busy = model.submit_store(TierJob(0, (A,), (0,), False), [1])
+    with pytest.raises(SpecViolation) as drained:
+        check_drained(busy, None)
+    assert drained.value.invariant is Invariant.TIER_DRAIN
+    with pytest.raises(SpecViolation):
+        check_drained(model, True)
+    check_drained(model, False)
+
+
+def test_chunk_patterns_are_unique_per_key_and_version() -> None:
+    patterns = {chunk_pattern(k, v, 48) for k in (A, B) for v in range(1, 20)}
+    assert len(patterns) == 38 and all(len(p) == 48 for p in patterns)
+
+
+def test_mermaid_draws_every_row_and_target() -> None:
+    diagram = render_tier_mermaid()
+    arrows = [line for line in diagram.splitlines() if "-->" in line and "[*]" not in line]
+    assert len(arrows) == len({a.split(":")[0] for a in arrows})
+    labels = sum(a.split(": ", 1)[1].count("<br/>") + 1 for a in arrows)
+    assert labels == sum(len(row.targets) for row in TIER_TRANSITIONS.values())
+
+
+def test_spec_doc_shows_the_tier_table_and_diagram() -> None:
+    spec = SPEC.read_text(encoding="utf-8")
+    blocks = re.findall(r"```mermaid\n(.*?)```", spec, flags=re.DOTALL)
+    assert render_tier_mermaid() in blocks, (
+        "docs/SPEC.md's tier diagram is stale: paste `python -c 'from "
+        "kvoffload.spec.tier_model import render_tier_mermaid; print(render_tier_mermaid(), end=\"\")'`"
+    )
+    assert render_tier_table() in spec, "docs/SPEC.md's tier table is stale (render_tier_table())"
