@@ -20,6 +20,8 @@ from kvoffload.impl import (
     FsyncPolicy,
     LRUCachePolicy,
     LRUOffloadingManager,
+    ManagerLock,
+    ManagerStats,
     MemoryTier,
     OffloadingManagerCore,
     TieredOffloadingManager,
@@ -90,6 +92,9 @@ __all__ = [
     "LRUOffloadingManager",
     "LoadStoreSpec",
     "MemoryTier",
+
+    "ManagerLock",
+    "ManagerStats",
     "OffloadKey",
     "OffloadingError",
     "OffloadingEvent",

@@ -269,9 +269,33 @@ class VllmRelease:
 # --- stand-ins for the vLLM modules kv_offload imports from elsewhere ----------
 
 
+class _OnceLogger(logging.LoggerAdapter):  # type: ignore[type-arg]
+    """Stand-in for vLLM's logger: a standard logger with vLLM's ``*_once``
+    methods (``factory.py`` calls ``warning_once`` for an out-of-tree spec),
+    which log each distinct message once."""
+
+    def __init__(self, logger: logging.Logger) -> None:
+        super().__init__(logger, {})
+        self._said: set[tuple[int, str]] = set()
+
+    def _once(self, level: int, msg: str, *args: object) -> None:
+        if (level, msg) not in self._said:
+            self._said.add((level, msg))
+            self.log(level, msg, *args)
+
+    def debug_once(self, msg: str, *args: object, **kwargs: object) -> None:
+        self._once(logging.DEBUG, msg, *args)
+
+    def info_once(self, msg: str, *args: object, **kwargs: object) -> None:
+        self._once(logging.INFO, msg, *args)
+
+    def warning_once(self, msg: str, *args: object, **kwargs: object) -> None:
+        self._once(logging.WARNING, msg, *args)
+
+
 def _stub_logger(module: types.ModuleType) -> None:
-    def init_logger(name: str) -> logging.Logger:
-        return logging.getLogger(name)
+    def init_logger(name: str) -> _OnceLogger:
+        return _OnceLogger(logging.getLogger(name))
 
     module.init_logger = init_logger  # type: ignore[attr-defined]
 

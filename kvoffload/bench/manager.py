@@ -28,7 +28,9 @@ Worst cases (``--worst-case``)
     malformed-key checks cost per key and per call.
 
 With ``--vllm-path DIR`` the same measurements run, interleaved in the same
-process, on a released vLLM's own ``CPUOffloadingManager``: ``DIR`` holds a
+process, on a released vLLM's own ``CPUOffloadingManager`` and, for a 0.33
+release, on kvoffload's 0.33 face (:mod:`kvoffload.vllm`, labelled
+``kvoffload.vllm``) driven by the very calls vLLM's manager gets: ``DIR`` holds a
 release (see :mod:`kvoffload.vllm_release`; ``scripts/fetch_vllm.py`` makes
 one), loaded unchanged behind stand-ins for the few other vLLM modules it
 imports. Any generation is driven by what it has: the block-hash API of
@@ -61,7 +63,7 @@ from kvoffload.impl.manager import CPUOffloadingManager, check_keys, listed_keys
 from kvoffload.spec.contract import ReqContext
 from kvoffload.spec.errors import ConfigurationError, OffloadingError
 from kvoffload.spec.keys import OffloadKey, make_offload_key
-from kvoffload.vllm_release import VllmRelease, VllmReleaseError, load_release
+from kvoffload.vllm_release import Generation, VllmRelease, VllmReleaseError, load_release
 from kvoffload.workloads import WORKLOADS, generate_trace
 
 POLICIES = ("lru", "arc")
@@ -131,9 +133,14 @@ class ReleaseDriver:
     """Drives a released vLLM's ``CPUOffloadingManager``, in the calls its
     generation has (see the module docstring)."""
 
-    def __init__(self, release: VllmRelease, num_blocks: int, policy: str) -> None:
+    def __init__(
+        self, release: VllmRelease, num_blocks: int, policy: str, manager: Any = None
+    ) -> None:
         self.release = release
-        self.manager: Any = release.new_manager(num_blocks, policy, enable_events=True)
+        self.manager: Any = (
+            manager if manager is not None
+            else release.new_manager(num_blocks, policy, enable_events=True)
+        )
         features = release.features
         self._hash_api = features.block_hash_api
         self._touch_ctx = features.touch_context
@@ -564,7 +571,21 @@ def contenders(vllm_path: Path | None) -> list[Contender]:
             return ReleaseDriver(release, num_blocks, policy)
 
         result.append(Contender(f"vllm-{release.version}", make_vllm))
+        if release.generation is Generation.V0_33:
+
+            def make_face(num_blocks: int, policy: str) -> ManagerDriver:
+                from kvoffload.vllm import KVOffloadingManager
+
+                face = KVOffloadingManager(num_blocks, policy, enable_events=True)
+                return ReleaseDriver(release, num_blocks, policy, manager=face)
+
+            result.append(Contender(FACE_LABEL, make_face))
     return result
+
+
+FACE_LABEL = "kvoffload.vllm"
+"""The contender that is kvoffload's vLLM 0.33 face (:mod:`kvoffload.vllm`),
+driven exactly as vLLM 0.33's own manager is."""
 
 
 def _fmt_rate(value: float) -> str:
@@ -605,6 +626,16 @@ def _print_throughput(
             print(f"{policy:<7}speedup {ours.ops_per_second / theirs.ops_per_second:.2f}x; "
                   f"hit ratios {'identical' if same else 'DIFFER'} "
                   f"({ours.hit_blocks} vs {theirs.hit_blocks} hit blocks)")
+            for runner in runners[2:]:
+                face = best[runner.label]
+                same = (face.hit_blocks, face.blocks_evicted) == (
+                    theirs.hit_blocks, theirs.blocks_evicted
+                )
+                print(f"{policy:<7}{runner.label} over {runners[1].label}: "
+                      f"{face.ops_per_second / theirs.ops_per_second:.2f}x; "
+                      f"hit ratios {'identical' if same else 'DIFFER'} "
+                      f"({face.hit_blocks} vs {theirs.hit_blocks} hit blocks, "
+                      f"{face.blocks_evicted} vs {theirs.blocks_evicted} evicted)")
     check = key_check_cost(key_chains)
     print(f"\nkey checks (listed_keys + check_keys, as touch and prepare_store run "
           f"them, over every chain): {check.per_key_ns:.1f} ns per key, "

@@ -7,6 +7,7 @@ torch lazily.
 from kvoffload.impl.backend import Backend, CPUBackend
 from kvoffload.impl.block import BlockStatus
 from kvoffload.impl.fs_tier import FileSystemTier, FsyncPolicy
+from kvoffload.impl.lock import ManagerLock
 from kvoffload.impl.manager import (
     CPUOffloadingManager,
     LRUOffloadingManager,
@@ -21,6 +22,7 @@ from kvoffload.impl.policies import (
 )
 from kvoffload.impl.reuse import FilterReusedOffloadingManager
 from kvoffload.impl.specs import BlockIDsLoadStoreSpec, CPULoadStoreSpec
+from kvoffload.impl.stats import ManagerStats
 from kvoffload.impl.tiered import CascadeMode, TieredOffloadingManager
 
 __all__ = [
@@ -39,6 +41,9 @@ __all__ = [
     "LRUCachePolicy",
     "LRUOffloadingManager",
     "MemoryTier",
+
+    "ManagerLock",
+    "ManagerStats",
     "OffloadingManagerCore",
     "TieredOffloadingManager",
     "make_cache_policy",

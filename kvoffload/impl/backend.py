@@ -74,9 +74,14 @@ class CPUBackend(Backend):
     hold on to one after freeing it.
     """
 
-    def __init__(self, block_size: IntArg, num_blocks: IntArg) -> None:
+    def __init__(
+        self, block_size: IntArg, num_blocks: IntArg, allow_empty: bool = False
+    ) -> None:
         super().__init__(block_size, CPULoadStoreSpec.medium())
-        self.num_blocks: int = require_positive_int("num_blocks", num_blocks)
+        if allow_empty and num_blocks == 0 and type(num_blocks) is int:
+            self.num_blocks: int = 0  # a pool with no slot (``allow_empty``)
+        else:
+            self.num_blocks = require_positive_int("num_blocks", num_blocks)
         self._num_allocated = 0
         # freed blocks, last freed at the end (their slots are free)
         self._free_blocks: list[BlockStatus] = []

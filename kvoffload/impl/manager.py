@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Collection, Iterable
+from contextlib import AbstractContextManager
 from itertools import takewhile
+from operator import itemgetter
 from typing import Any, cast
 
 from mypy_extensions import mypyc_attr
@@ -18,6 +20,7 @@ from mypy_extensions import mypyc_attr
 from kvoffload.impl.backend import Backend, CPUBackend, require_positive_int
 from kvoffload.impl.block import BlockStatus
 from kvoffload.impl.build import BoolArg, IntArg, KeyArg, StrArg
+from kvoffload.impl.lock import ManagerLock
 from kvoffload.impl.policies import (
     CachePolicy,
     LRUCachePolicy,
@@ -25,12 +28,14 @@ from kvoffload.impl.policies import (
     require_policy_name,
     split_victims,
 )
+from kvoffload.impl.stats import ManagerStats
 from kvoffload.spec.contract import (
     LoadStoreSpec,
     OffloadingEvent,
     OffloadingManager,
     PrepareStoreOutput,
     ReqContext,
+    RequestOffloadingContext,
 )
 from kvoffload.spec.errors import IllegalTransitionError, OffloadingError
 from kvoffload.spec.keys import (
@@ -40,6 +45,7 @@ from kvoffload.spec.keys import (
     validate_offload_keys,
 )
 from kvoffload.spec.lifecycle import Call, Phase
+from kvoffload.spec.profile import RecencyCommit, ResetAnnounce
 
 _BARE_KEY_TYPES = (bytes, bytearray, memoryview, str)
 
@@ -102,6 +108,45 @@ def _ref_cnt_of(blocks: dict[OffloadKey, BlockStatus], key: object) -> int | Non
     return None if block is None else block.ref_cnt
 
 
+_GROUP_OF = itemgetter(slice(-GROUP_IDX_BYTES, None))
+"""A key's group-index bytes: big-endian, so they sort as the index does."""
+
+
+class RequestUse:
+    """What one open request used, kept under request-scoped recency until
+    it finishes (the model's ``RequestRecord``): the keys it loaded or
+    offered (``used``, first use first), those it stored (``inserted``),
+    the stored keys it used again (``reused``) and the keys whose store
+    misses the policy has seen (``store_missed``)."""
+
+    __slots__ = ("inserted", "reused", "store_missed", "used")
+
+    def __init__(self) -> None:
+        self.used: dict[OffloadKey, None] = {}  # insertion order: first use first
+        self.inserted: set[OffloadKey] = set()
+        self.reused: set[OffloadKey] = set()
+        self.store_missed: set[OffloadKey] = set()
+
+    def see(self, keys: Iterable[OffloadKey]) -> None:
+        self.used.update(dict.fromkeys(keys))  # a key seen before keeps its place
+
+    def reuse(self, keys: Iterable[OffloadKey]) -> None:
+        if self.inserted:
+            self.reused.update(set(keys).difference(self.inserted))
+        else:
+            self.reused.update(keys)
+
+    def commit_order(self) -> list[OffloadKey]:
+        """The keys used, KV group by KV group, first use first."""
+        used = list(self.used)
+        if used:
+            group = used[0][-GROUP_IDX_BYTES:]
+            for key in used:
+                if not key.endswith(group):  # several groups: sort (stable)
+                    return sorted(used, key=_GROUP_OF)
+        return used
+
+
 @mypyc_attr(allow_interpreted_subclasses=True)
 class OffloadingManagerCore(OffloadingManager):
     """An :class:`OffloadingManager` over a backend and a cache policy.
@@ -109,10 +154,24 @@ class OffloadingManagerCore(OffloadingManager):
     Follows the lifecycle table of :mod:`kvoffload.spec.lifecycle`: illegal
     calls raise :class:`IllegalTransitionError` and change nothing; a
     ``prepare_store`` that returns None changes nothing.
+
+    Options named after the :class:`~kvoffload.spec.profile.Profile` options
+    they implement (docs/SPEC.md §8; the defaults are kvoffload's contract):
+    ``recency_commit=REQUEST_END`` keeps each open request's uses and
+    commits them to the policy in ``on_request_finished``;
+    ``reset_announce=ENGINE`` makes ``reset_cache`` emit no event;
+    ``complete_store_ignores_absent`` makes ``complete_store`` skip keys
+    that are not tracked instead of raising.
     """
 
     def __init__(
-        self, backend: Backend, policy: CachePolicy, enable_events: BoolArg = False
+        self,
+        backend: Backend,
+        policy: CachePolicy,
+        enable_events: BoolArg = False,
+        recency_commit: RecencyCommit = RecencyCommit.TOUCH,
+        reset_announce: ResetAnnounce = ResetAnnounce.MANAGER,
+        complete_store_ignores_absent: BoolArg = False,
     ) -> None:
         self.backend = backend
         self.policy = policy
@@ -122,6 +181,26 @@ class OffloadingManagerCore(OffloadingManager):
         self.block_size = backend.block_size
         self.medium = backend.medium
         self.events: list[OffloadingEvent] | None = [] if enable_events else None
+        self._lock = ManagerLock()
+        self.request_scoped: bool = recency_commit is RecencyCommit.REQUEST_END
+        self.reset_announced: bool = reset_announce is ResetAnnounce.MANAGER
+        self.complete_store_ignores_absent: bool = bool(complete_store_ignores_absent)
+        # open requests' uses, by req_id (request-scoped recency only)
+        self._requests: dict[str, RequestUse] = {}
+        # occupancy and counters read by stats() (updated once per call)
+        self._num_pending = 0
+        self._num_loading = 0
+        self._blocks_stored = 0
+        self._store_failures = 0
+        self._blocks_evicted = 0
+        self._stores_refused = 0
+
+    @property
+    def lock(self) -> AbstractContextManager[object]:
+        """This manager's own lock (a :class:`ManagerLock`, one per
+        manager, non-reentrant): callers sharing the manager between threads
+        hold it around every call; no method takes it."""
+        return self._lock
 
     # --- reads -----------------------------------------------------------
 
@@ -173,9 +252,24 @@ class OffloadingManagerCore(OffloadingManager):
         for block in loaded:
             if block.ref_cnt < 0:
                 self._raise_illegal(listed, Call.PREPARE_LOAD)
+        pinned = 0
         for block in loaded:
             block.ref_cnt += 1
+            if block.ref_cnt == 1:
+                pinned += 1
+        self._num_loading += pinned
+        if self.request_scoped:
+            use = self._use_of(req_context)
+            use.see(listed)
+            use.reuse(listed)
         return self.backend.get_load_store_spec(listed, loaded)
+
+    def _use_of(self, req_context: ReqContext) -> RequestUse:
+        """The open record of ``req_context``'s request (opened if none)."""
+        use = self._requests.get(req_context.req_id)
+        if use is None:
+            use = self._requests[req_context.req_id] = RequestUse()
+        return use
 
     def _blocks_of(self, keys: list[OffloadKey]) -> list[BlockStatus]:
         """The blocks of ``keys``, in order; :class:`InvalidKeyError` for a
@@ -214,16 +308,19 @@ class OffloadingManagerCore(OffloadingManager):
         if None in blocks:
             self._check_complete_load(listed)
         loaded = cast(list[BlockStatus], blocks)
-        done = 0
+        done = released = 0
         for block in loaded:
             if block.ref_cnt < 1:  # no load left (a repeated key counts twice)
                 break
             block.ref_cnt -= 1
             done += 1
+            if not block.ref_cnt:
+                released += 1
         if done < len(loaded):
             for block in loaded[:done]:
                 block.ref_cnt += 1
             self._check_complete_load(listed)
+        self._num_loading -= released
         policy = self.policy
         if policy.tracks_unpinning():
             unpinned = [key for key, block in zip(listed, loaded) if not block.ref_cnt]
@@ -268,6 +365,8 @@ class OffloadingManagerCore(OffloadingManager):
         else:
             to_store = [key for key in unique if key not in tracked]
             protected = offered_set
+        if self.request_scoped:
+            self._note_offer(req_context, unique, to_store)
         backend = self.backend
         if not to_store:
             return PrepareStoreOutput((), backend.get_load_store_spec([], []), ())
@@ -277,6 +376,7 @@ class OffloadingManagerCore(OffloadingManager):
         if shortfall > 0:
             victims = self.policy.evict(shortfall, protected)
             if victims is None:
+                self._stores_refused += 1
                 return None
             evicted_keys, evicted_blocks = split_victims(victims)
             if _COMPILED:  # a native loop
@@ -285,6 +385,7 @@ class OffloadingManagerCore(OffloadingManager):
             else:  # no interpreted loop
                 deque(map(backend.free, evicted_blocks), maxlen=0)
             evicted = tuple(evicted_keys)
+            self._blocks_evicted += len(evicted)
             self._readable.difference_update(evicted_keys)
             if self.events is not None:
                 self.events.append(
@@ -297,9 +398,36 @@ class OffloadingManagerCore(OffloadingManager):
                 f"backend allocated {len(blocks)} blocks for {len(to_store)} keys"
             )
         self.policy.insert_many(to_store, blocks)
+        self._num_pending += len(to_store)
+        if self.request_scoped:
+            self._use_of(req_context).inserted.update(to_store)
         return PrepareStoreOutput(
             tuple(to_store), backend.get_load_store_spec(to_store, blocks), evicted
         )
+
+    def _note_offer(
+        self, req_context: ReqContext, unique: list[OffloadKey], new: list[OffloadKey]
+    ) -> None:
+        """Request-scoped recency: what an offer records before room is
+        sought (also when the store is then refused): the new keys and the
+        readable offered ones are used, in offer order, the readable ones
+        reused; the new keys this request has not offered before are store
+        misses, which the policy sees as a ``touch`` (ARC adapts its target
+        for a ghost)."""
+        use = self._use_of(req_context)
+        readable = self._readable
+        reread = [key for key in unique if key in readable] if len(new) < len(unique) else []
+        if reread:
+            fresh = set(new)
+            use.see(key for key in unique if key in fresh or key in readable)
+            use.reuse(reread)
+        else:
+            use.see(new)
+        missed = use.store_missed
+        misses = [key for key in new if key not in missed]
+        if misses:
+            missed.update(misses)
+            self.policy.store_missed(misses)
 
     def complete_store(
         self,
@@ -308,6 +436,10 @@ class OffloadingManagerCore(OffloadingManager):
         success: BoolArg = True,
     ) -> None:
         listed = listed_keys(keys)
+        if self.complete_store_ignores_absent:
+            check_keys(listed)
+            tracked = self._blocks
+            listed = [key for key in listed if key in tracked]
         get = self._blocks.get
         try:
             unique = list(dict.fromkeys(listed))
@@ -327,6 +459,8 @@ class OffloadingManagerCore(OffloadingManager):
                     block.ref_cnt = 0
                     stored.append(key)
             if stored:
+                self._num_pending -= len(stored)
+                self._blocks_stored += len(stored)
                 self._readable.update(stored)
                 if self.policy.tracks_unpinning():
                     self.policy.blocks_unpinned(stored)
@@ -336,12 +470,57 @@ class OffloadingManagerCore(OffloadingManager):
                 )
         else:
             remove, free = self.policy.remove, self.backend.free
+            failed = 0
             for key, block in zip(unique, blocks):
                 if block is not None and block.ref_cnt < 0:
                     remove(key)
                     free(block)
+                    failed += 1
+            self._num_pending -= failed
+            self._store_failures += failed
 
     # --- housekeeping ----------------------------------------------------
+
+    # --- requests --------------------------------------------------------
+
+    def on_new_request(self, req_context: ReqContext) -> RequestOffloadingContext:
+        if self.request_scoped and req_context.req_id not in self._requests:
+            self._requests[req_context.req_id] = RequestUse()
+        return RequestOffloadingContext(req_id=req_context.req_id)
+
+    def on_request_finished(self, req_context: ReqContext) -> None:
+        """Under request-scoped recency, the request's uses reach the policy
+        now (:meth:`CachePolicy.commit_request`) and its record is dropped;
+        otherwise nothing."""
+        if not self.request_scoped:
+            return
+        use = self._requests.pop(req_context.req_id, None)
+        if use is not None and use.used:
+            self.policy.commit_request(
+                use.commit_order(), use.inserted - use.reused, use.reused
+            )
+
+    def stats(self) -> ManagerStats:
+        """A snapshot of the occupancy and counters (:class:`ManagerStats`):
+        O(1), read from counters the calls keep (one addition per call, so
+        nothing is computed on the hot path for it)."""
+        capacity = self.backend.get_num_free_blocks() + len(self._blocks)
+        pending, loading = self._num_pending, self._num_loading
+        return ManagerStats(
+            capacity=capacity,
+            free=self.backend.get_num_free_blocks(),
+            pending=pending,
+            loading=loading,
+            ready=len(self._blocks) - pending - loading,
+            blocks_stored=self._blocks_stored,
+            store_failures=self._store_failures,
+            blocks_evicted=self._blocks_evicted,
+            stores_refused=self._stores_refused,
+        )
+
+    def open_requests(self) -> int:
+        """How many requests have an open record (request-scoped recency)."""
+        return len(self._requests)
 
     def take_events(self) -> list[OffloadingEvent]:
         if self.events is None:
@@ -357,7 +536,10 @@ class OffloadingManagerCore(OffloadingManager):
         self.policy.clear()
         self._readable.clear()
         self.backend.reset([block for _, block in tracked])
-        if announced and self.events is not None:
+        for req_id in self._requests:  # the requests stay open, their uses forgotten
+            self._requests[req_id] = RequestUse()
+        self._num_pending = self._num_loading = 0
+        if announced and self.events is not None and self.reset_announced:
             self.events.append(
                 OffloadingEvent(
                     tuple(key for _, key in announced), self.block_size, self.medium, True
@@ -369,8 +551,14 @@ class OffloadingManagerCore(OffloadingManager):
 class CPUOffloadingManager(OffloadingManagerCore):
     """``num_blocks`` CPU slots evicted by ``cache_policy`` ("lru" or "arc").
 
+    The keyword options are :class:`OffloadingManagerCore`'s. With
+    ``allow_empty``, ``num_blocks=0`` is accepted: a manager with no slot,
+    which refuses every store that has a new key (what vLLM's spec builds
+    from a ``cpu_bytes_to_use`` smaller than one chunk).
+
     Raises :class:`~kvoffload.spec.errors.ConfigurationError` for sizes that
-    are not positive ints and for unknown policy names.
+    are not positive ints (``num_blocks`` may be 0 with ``allow_empty``) and
+    for unknown policy names.
     """
 
     def __init__(
@@ -379,12 +567,28 @@ class CPUOffloadingManager(OffloadingManagerCore):
         num_blocks: IntArg,
         cache_policy: StrArg = "lru",
         enable_events: BoolArg = False,
+        *,
+        recency_commit: RecencyCommit = RecencyCommit.TOUCH,
+        reset_announce: ResetAnnounce = ResetAnnounce.MANAGER,
+        complete_store_ignores_absent: BoolArg = False,
+        allow_empty: BoolArg = False,
     ) -> None:
         size = require_positive_int("block_size", block_size)
-        capacity = require_positive_int("num_blocks", num_blocks)
+        if allow_empty and num_blocks == 0 and type(num_blocks) is int:
+            capacity = 0
+        else:
+            capacity = require_positive_int("num_blocks", num_blocks)
         policy_name = require_policy_name(cache_policy)
-        policy = make_cache_policy(policy_name, capacity)
-        super().__init__(CPUBackend(size, capacity), policy, enable_events)
+        # a policy needs a positive capacity; with no slot it never holds a block
+        policy = make_cache_policy(policy_name, max(1, capacity))
+        super().__init__(
+            CPUBackend(size, capacity, allow_empty=bool(allow_empty)),
+            policy,
+            enable_events,
+            recency_commit,
+            reset_announce,
+            complete_store_ignores_absent,
+        )
         self.cache_policy: str = policy_name
 
 

@@ -134,6 +134,27 @@ class CachePolicy(ABC):
         Default: nothing."""
         return None
 
+    def store_missed(self, keys: Sequence[OffloadKey]) -> None:
+        """Request-scoped recency: a request offered ``keys`` (untracked)
+        for the first time; the policy sees them as a :meth:`touch` would
+        (untracked keys: nothing for LRU, a ghost moves ARC's target).
+        Default: nothing."""
+        return None
+
+    def commit_request(
+        self,
+        order: Sequence[OffloadKey],
+        inserted_only: Collection[OffloadKey],
+        reused: Collection[OffloadKey],
+    ) -> None:
+        """A finished request's uses, under request-scoped recency
+        (``RecencyCommit.REQUEST_END``, docs/SPEC.md §4): ``order`` is every
+        key it used (KV group by KV group, first use first),
+        ``inserted_only`` those it stored and did not use again, ``reused``
+        the stored keys it used again. Default: :meth:`touch` of ``order``
+        (the first key ends most recent)."""
+        self.touch(order)
+
     def tracks_unpinning(self) -> bool:
         """Whether :meth:`blocks_unpinned` must be called now (a policy
         that has set no pinned block aside says no). Default: True."""
@@ -281,14 +302,52 @@ class ARCCachePolicy(CachePolicy):
                     t2.add(key, block)
             elif key in t2:
                 t2.move_to_end(key)
-            elif key in b1:
-                delta = max(1, len(b2) / len(b1))
-                self.target_t1_size = min(self.target_t1_size + delta, self.cache_capacity)
-                b1.move_to_end(key)
-            elif key in b2:
-                delta = max(1, len(b1) / len(b2))
-                self.target_t1_size = max(self.target_t1_size - delta, 0)
-                b2.move_to_end(key)
+            elif key in b1 or key in b2:
+                self._ghost_hit(key)
+
+    def _ghost_hit(self, key: OffloadKey) -> None:
+        """A use of ghost ``key`` (in B1 or B2): the target moves towards
+        the list it is in, and the ghost becomes that list's most recent."""
+        b1, b2 = self.b1, self.b2
+        if key in b1:
+            delta = max(1, len(b2) / len(b1))
+            self.target_t1_size = min(self.target_t1_size + delta, self.cache_capacity)
+            b1.move_to_end(key)
+        else:
+            delta = max(1, len(b1) / len(b2))
+            self.target_t1_size = max(self.target_t1_size - delta, 0)
+            b2.move_to_end(key)
+
+    def store_missed(self, keys: Sequence[OffloadKey]) -> None:
+        """As :meth:`touch` of untracked keys: only ghosts count."""
+        b1, b2 = self.b1, self.b2
+        if b1 or b2:
+            for key in reversed(keys):
+                if key in b1 or key in b2:
+                    self._ghost_hit(key)
+
+    def commit_request(
+        self,
+        order: Sequence[OffloadKey],
+        inserted_only: Collection[OffloadKey],
+        reused: Collection[OffloadKey],
+    ) -> None:
+        """Walking ``order`` in reverse: a key the request only inserted
+        moves to the most recent end of its list (T1 or T2, no promotion); a
+        key it reused moves from T1, or within T2, to T2's most recent end;
+        other keys (untracked, ghosts) are left."""
+        t1, t2 = self.t1, self.t2
+        for key in reversed(order):
+            if key in inserted_only:
+                if key in t1:
+                    t1.move_to_end(key)
+                elif key in t2:
+                    t2.move_to_end(key)
+            elif key in reused:
+                if key in t1:
+                    t2.add(key, t1.remove(key))
+                elif key in t2:
+                    t2.move_to_end(key)
 
     def evict(
         self, n: int, protected: Collection[OffloadKey]

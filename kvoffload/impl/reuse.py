@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Collection, Iterable, Mapping
+from contextlib import AbstractContextManager
 from typing import Any, cast
 
+import attrs
 from mypy_extensions import mypyc_attr
 
 from kvoffload.impl.build import BoolArg, IntArg, KeyArg
 from kvoffload.impl.manager import check_keys, listed_keys
+from kvoffload.impl.stats import ManagerStats
 from kvoffload.spec.contract import (
     InspectableManager,
     InspectablePolicy,
@@ -23,6 +26,7 @@ from kvoffload.spec.contract import (
 from kvoffload.spec.errors import ConfigurationError
 from kvoffload.spec.keys import GROUP_IDX_BYTES, OffloadKey, validate_offload_key
 from kvoffload.spec.lifecycle import Phase
+from kvoffload.spec.profile import FilterCounts
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
@@ -40,6 +44,15 @@ class FilterReusedOffloadingManager(OffloadingManager):
     malformed key (or a bare key where a list is expected) before it counts
     or delegates anything.
 
+    Options named after the :class:`~kvoffload.spec.profile.Profile`
+    options they implement (docs/SPEC.md §8): ``filter_counts`` says what
+    feeds the table (default ``LOOKUPS``, as above; ``OFFERS`` and
+    ``OFFERS_KEEPING_OFFERED`` count the keys offered to ``prepare_store``
+    before the threshold is applied, and lookups not at all;
+    ``LOOKUPS_TO_FIRST_MISS`` counts a ``lookup_prefix`` only up to its first
+    miss); ``filter_reset_clears=False`` keeps the counts across
+    ``reset_cache``.
+
     Raises :class:`ConfigurationError` if ``store_threshold < 2`` or
     ``max_tracker_size < 1``.
     """
@@ -49,6 +62,9 @@ class FilterReusedOffloadingManager(OffloadingManager):
         backing: OffloadingManager,
         store_threshold: IntArg = 2,
         max_tracker_size: IntArg = 64_000,
+        *,
+        filter_counts: FilterCounts = FilterCounts.LOOKUPS,
+        filter_reset_clears: BoolArg = True,
     ) -> None:
         if isinstance(store_threshold, bool) or not isinstance(store_threshold, int):
             raise ConfigurationError("store_threshold must be an int")
@@ -66,7 +82,20 @@ class FilterReusedOffloadingManager(OffloadingManager):
         self.store_threshold: int = store_threshold
         self.max_tracker_size: int = max_tracker_size
         self.counts: OrderedDict[OffloadKey, int] = OrderedDict()
+        self.filter_counts: FilterCounts = filter_counts
+        self._counts_lookups: bool = filter_counts in (
+            FilterCounts.LOOKUPS,
+            FilterCounts.LOOKUPS_TO_FIRST_MISS,
+        )
+        self.filter_reset_clears: bool = bool(filter_reset_clears)
+        self.stores_skipped = 0  # offered keys not passed on (stats())
         self._inspected: InspectableManager | None = None  # the backing last found inspectable
+
+    @property
+    def lock(self) -> AbstractContextManager[object]:
+        """The backing manager's lock: one lock guards the filter's table
+        and everything behind it."""
+        return self.backing.lock
 
     def phase(self, key: KeyArg) -> Phase:
         """The backing manager's phase of ``key`` (needs an inspectable backing)."""
@@ -115,7 +144,8 @@ class FilterReusedOffloadingManager(OffloadingManager):
             checked = OffloadKey(key)
         else:
             checked = validate_offload_key(key)
-        self._record(checked)
+        if self._counts_lookups:
+            self._record(checked)
         return self.backing.lookup(checked, req_context)
 
     def lookup_prefix(
@@ -123,26 +153,77 @@ class FilterReusedOffloadingManager(OffloadingManager):
     ) -> int | None:
         listed = listed_keys(keys)
         check_keys(listed)
-        for key in listed:
-            self._record(key)
-        return self.backing.lookup_prefix(listed, req_context)
+        counting = self.filter_counts
+        if counting is FilterCounts.LOOKUPS:
+            for key in listed:
+                self._record(key)
+        hits = self.backing.lookup_prefix(listed, req_context)
+        if counting is FilterCounts.LOOKUPS_TO_FIRST_MISS:
+            for key in listed[: (hits or 0) + 1]:
+                self._record(key)
+        return hits
+
+    def _record_offer(self, keys: list[OffloadKey]) -> None:
+        """``OFFERS_KEEPING_OFFERED``: count an offer without dropping its
+        own keys from a full table: the keys already counted first (each
+        occurrence), then each new key while an entry outside the offer is
+        left to drop (else it is not counted)."""
+        counts = self.counts
+        kept: set[OffloadKey] = set()
+        for key in keys:
+            count = counts.get(key)
+            if count is not None:
+                counts.move_to_end(key)
+                counts[key] = count + 1
+                kept.add(key)
+        droppable = len(counts) - len(kept)
+        limit = self.max_tracker_size
+        for key in keys:
+            if key in counts:
+                continue
+            if len(counts) >= limit:
+                if droppable == 0:
+                    continue
+                counts.popitem(last=False)
+                droppable -= 1
+            counts[key] = 1
 
     def prepare_store(
         self, keys: Collection[OffloadKey], req_context: ReqContext
     ) -> PrepareStoreOutput | None:
         offered = listed_keys(keys)
         check_keys(offered)
+        counting = self.filter_counts
+        if counting is FilterCounts.OFFERS:
+            for key in offered:
+                self._record(key)
+        elif counting is FilterCounts.OFFERS_KEEPING_OFFERED:
+            self._record_offer(offered)
         threshold, counts, backing = self.store_threshold, self.counts, self.backing
         passed = [
             key
             for key in offered
             if counts.get(key, 0) >= threshold or backing.lookup(key, req_context) is True
         ]
+        self.stores_skipped += len(offered) - len(passed)
         return backing.prepare_store(passed, req_context)
+
+    def stats(self) -> ManagerStats:
+        """The backing manager's :class:`ManagerStats` with
+        ``stores_skipped``: offered keys this filter did not pass on.
+        Raises :class:`TypeError` when the backing keeps no stats."""
+        snapshot = getattr(self.backing, "stats", None)
+        if not callable(snapshot):
+            raise TypeError(f"{type(self.backing).__name__} keeps no stats()")
+        found = snapshot()
+        if not isinstance(found, ManagerStats):
+            raise TypeError(f"{type(self.backing).__name__}.stats() is not a ManagerStats")
+        return attrs.evolve(found, stores_skipped=found.stores_skipped + self.stores_skipped)
 
     def reset_cache(self) -> None:
         self.backing.reset_cache()
-        self.counts.clear()
+        if self.filter_reset_clears:
+            self.counts.clear()
 
     # --- delegated -------------------------------------------------------
 

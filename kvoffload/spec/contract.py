@@ -10,6 +10,7 @@ from __future__ import annotations
 import enum
 from abc import ABC, abstractmethod
 from collections.abc import Collection, Iterable, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import attrs
@@ -107,7 +108,26 @@ class OffloadingManager(ABC):
     Calls that break the lifecycle table raise an
     :class:`~kvoffload.spec.errors.OffloadingError` subclass and change
     nothing.
+
+    Threads: a manager is not safe under concurrent calls. :attr:`lock`
+    guards its whole state; every caller holds it around its calls (all but
+    :meth:`shutdown`), and methods never take it themselves (docs/SPEC.md,
+    "Threads and the lock").
     """
+
+    @property
+    def lock(self) -> AbstractContextManager[object]:
+        """A context manager granting exclusive access to this manager's
+        state (vLLM 0.33's ``OffloadingManager.lock``).
+
+        Every caller of a manager method except :meth:`shutdown` holds it,
+        across as many calls as its reasoning needs (a ``lookup`` hit and the
+        ``prepare_load`` that pins it). Methods never enter it, so it need
+        not be reentrant and must not be re-entered while held. This default
+        is a no-op, for a backend only ever called from one thread; the
+        built-in managers return one real :class:`threading.Lock` each.
+        """
+        return nullcontext()
 
     @abstractmethod
     def lookup(self, key: OffloadKey, req_context: ReqContext) -> bool | None:

@@ -27,6 +27,7 @@ import inspect
 import re
 import sys
 from collections.abc import Callable, Collection, Iterable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import attrs
@@ -84,6 +85,12 @@ class ReleaseManager(OffloadingManager):
             if name != "release":
                 setattr(clone, name, copy.deepcopy(value, memo))
         return clone
+
+    @property
+    def lock(self) -> AbstractContextManager[object]:
+        """The release's manager's ``lock`` (0.33 on), else a no-op."""
+        lock = getattr(self.inner, "lock", None)
+        return lock if lock is not None else nullcontext()
 
     def context_for(self, req_context: ReqContext) -> Any:
         """The release's ``ReqContext`` standing for ``req_context``."""

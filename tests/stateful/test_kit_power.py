@@ -115,7 +115,7 @@ class Uncopyable(OutputsOnly):
 
     def __init__(self, inner: OffloadingManager) -> None:
         super().__init__(inner)
-        self.lock = threading.Lock()
+        self.guard = threading.Lock()
 
 
 def high_slots(num_blocks: int) -> OffloadingManager:

@@ -1,0 +1,497 @@
+"""kvoffload inside vLLM 0.33: an out-of-tree offloading spec.
+
+vLLM loads it by module path (docs/VLLM.md)::
+
+    --kv-transfer-config '{"kv_connector": "OffloadingConnector",
+      "kv_role": "kv_both",
+      "kv_connector_extra_config": {"spec_name": "KVOffloadingSpec",
+        "spec_module_path": "kvoffload.vllm", "cpu_bytes_to_use": 8000000000}}'
+
+:class:`KVOffloadingSpec` reads the ``extra_config`` keys vLLM's own
+``CPUOffloadingSpec`` reads (``cpu_bytes_to_use``, ``eviction_policy``,
+``store_threshold``, ``max_tracker_size``) and sizes the tier the same way,
+so switching an engine to kvoffload changes ``spec_name`` and
+``spec_module_path`` only.
+
+:class:`KVOffloadingManager` is vLLM 0.33's ``OffloadingManager`` face of
+kvoffload's one manager core (:class:`~kvoffload.impl.manager.OffloadingManagerCore`,
+behind :class:`~kvoffload.impl.reuse.FilterReusedOffloadingManager` when
+``store_threshold >= 2``). It converts shapes only: vLLM's request contexts,
+``LookupResult``, store outputs and events. Where 0.33's conventions differ
+from kvoffload's defaults, it sets the core's options named after the
+``vllm-0.33`` profile's (:data:`kvoffload.spec.releases.VLLM_0_33`):
+request-scoped recency, the filter counting offers (keeping the offer's
+keys) and keeping its counts across a reset, ``reset_cache`` emitting
+nothing, ``complete_store`` skipping untracked keys. Illegal calls raise
+kvoffload's typed errors and change nothing (where vLLM 0.33 asserts after
+changing state, docs/FINDINGS.md F3).
+
+:class:`KVOffloadingWorker` is vLLM 0.33's ``OffloadingWorker`` face of
+kvoffload's worker (:class:`~kvoffload.impl.worker.worker.OffloadingWorker`
+over the CPU<->GPU handlers).
+
+This is the only kvoffload module that imports vLLM; ``import kvoffload``
+never imports it. Threads: the manager's ``lock`` is the core's own lock;
+vLLM's scheduler holds it around every call (docs/SPEC.md, "Threads and
+the lock").
+"""
+
+from __future__ import annotations
+
+import mmap
+from collections.abc import Collection, Iterable, Sequence
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any
+
+from vllm.v1.kv_offload.base import (
+    ConfigInfoMapping,
+    LookupResult,
+    Medium,
+    OffloadingCounterMetadata,
+    OffloadingGaugeMetadata,
+    OffloadingHistogramMetadata,
+    OffloadingManager,
+    OffloadingMetricMetadata,
+    OffloadingSpec,
+    OffloadingWorker,
+    OffloadKey,
+    RequestOffloadingContext,
+    ScheduleEndContext,
+)
+from vllm.v1.kv_offload.base import OffloadingEvent as VllmOffloadingEvent
+from vllm.v1.kv_offload.base import PrepareStoreOutput as VllmPrepareStoreOutput
+from vllm.v1.kv_offload.base import ReqContext as VllmReqContext
+from vllm.v1.kv_offload.base import TransferResult as VllmTransferResult
+from vllm.v1.kv_offload.config import OffloadingConfig
+from vllm.v1.kv_offload.cpu.common import (
+    CPULoadStoreSpec as VllmCPULoadStoreSpec,
+)
+from vllm.v1.kv_offload.cpu.common import (
+    CPUOffloadingInfo,
+    CPUOffloadingMetrics,
+)
+from vllm.v1.metrics.cache_hit_source import CacheHitSource
+
+from kvoffload.impl.manager import CPUOffloadingManager
+from kvoffload.impl.policies import require_policy_name
+from kvoffload.impl.reuse import FilterReusedOffloadingManager
+from kvoffload.impl.specs import BlockIDsLoadStoreSpec
+from kvoffload.impl.stats import ManagerStats
+from kvoffload.spec.contract import LoadStoreSpec, ReqContext
+from kvoffload.spec.contract import OffloadingManager as LibraryManager
+from kvoffload.spec.errors import ConfigurationError
+from kvoffload.spec.releases import VLLM_0_33
+
+if TYPE_CHECKING:
+    from kvoffload.impl.worker.worker import OffloadingWorker as LibraryWorker
+
+__all__ = [
+    "KVOffloadingManager",
+    "KVOffloadingSpec",
+    "KVOffloadingWorker",
+]
+
+PROFILE = VLLM_0_33
+"""The conventions the face keeps (the kit audits it under this profile)."""
+
+BLOCK_SIZE_ALIGNMENT = mmap.PAGESIZE
+"""Bytes a chunk is rounded up to (vLLM 0.33's ``CPUOffloadingSpec`` rounds
+to its shared region's page size)."""
+
+_NO_REQUEST = ReqContext(req_id="")
+_HIT = LookupResult.HIT
+
+
+def _block_ids(spec: LoadStoreSpec) -> Any:
+    """The chunk ids of a spec the core built (a ``CPULoadStoreSpec``)."""
+    if not isinstance(spec, BlockIDsLoadStoreSpec):
+        raise TypeError(f"the core built a {type(spec).__name__}, not a block-id spec")
+    return spec.block_ids
+
+
+def _context(req_context: VllmReqContext) -> ReqContext:
+    """kvoffload's context for vLLM's, kept in the vLLM context's
+    per-request state (made on first use)."""
+    ours: ReqContext | None = req_context.get_state(ReqContext)
+    if ours is None:
+        ours = ReqContext(
+            req_id=req_context.req_id, kv_transfer_params=req_context.kv_transfer_params
+        )
+        req_context.set_state(ours)
+    return ours
+
+
+class KVOffloadingManager(OffloadingManager):  # type: ignore[misc]
+    """vLLM 0.33's ``OffloadingManager`` over kvoffload's manager core
+    (module docstring). ``num_chunks`` may be 0: every store of a new key is
+    then refused, as vLLM's manager does.
+
+    Raises :class:`ConfigurationError` for a negative ``num_chunks``, an
+    unknown ``cache_policy`` (``"lru"``/``"arc"``) or a
+    ``max_tracker_size < 1`` with ``store_threshold >= 2``.
+    """
+
+    def __init__(
+        self,
+        num_chunks: int,
+        cache_policy: str = "lru",
+        enable_events: bool = False,
+        store_threshold: int = 1,
+        max_tracker_size: int = 64_000,
+        info: CPUOffloadingInfo | None = None,
+    ) -> None:
+        if isinstance(num_chunks, bool) or not isinstance(num_chunks, int) or num_chunks < 0:
+            raise ConfigurationError(f"num_chunks must be an int >= 0, got {num_chunks!r}")
+        require_policy_name(cache_policy)
+        self.core = CPUOffloadingManager(
+            1,  # slots are chunks: the block size plays no part here
+            num_chunks,
+            cache_policy,
+            enable_events,
+            recency_commit=PROFILE.recency_commit,
+            reset_announce=PROFILE.reset_announce,
+            complete_store_ignores_absent=PROFILE.complete_store_ignores_absent,
+            allow_empty=True,
+        )
+        # the core's set of readable keys (never rebound): lookup's hot path
+        self._readable = self.core._readable
+        self.manager: LibraryManager = self.core
+        self.filter: FilterReusedOffloadingManager | None = None
+        if store_threshold >= 2:
+            self.filter = FilterReusedOffloadingManager(
+                self.core,
+                store_threshold,
+                max_tracker_size,
+                filter_counts=PROFILE.filter_counts,
+                filter_reset_clears=PROFILE.filter_reset_clears,
+            )
+            self.manager = self.filter
+        self.num_chunks = num_chunks
+        self.cache_policy = cache_policy
+        self.store_threshold = store_threshold
+        self.max_tracker_size = max_tracker_size
+        self.medium = Medium.CPU
+        self._config_info: ConfigInfoMapping = info.as_config_info() if info is not None else {}
+        self._allocation_sizes: list[int] = []
+        self._skipped_reported = 0
+
+    @property
+    def lock(self) -> AbstractContextManager[object]:
+        """The core's lock (one real lock guards the core and the filter)."""
+        return self.core.lock
+
+    # --- lookups and loads ---------------------------------------------------
+
+    def lookup(self, key: OffloadKey, req_context: VllmReqContext) -> LookupResult:
+        if key in self._readable:
+            return _HIT
+        core = self.core
+        core.lookup(key, _NO_REQUEST)  # not readable: raises InvalidKeyError if malformed
+        return LookupResult.MISS if core.slot_of(key) is None else LookupResult.HIT_PENDING
+
+    def get_load_source(self, key: OffloadKey, req_context: VllmReqContext) -> CacheHitSource:
+        return CacheHitSource.HOST
+
+    def prepare_load(
+        self, keys: Collection[OffloadKey], req_context: VllmReqContext
+    ) -> VllmCPULoadStoreSpec:
+        spec = self.manager.prepare_load(keys, _context(req_context))
+        return VllmCPULoadStoreSpec(_block_ids(spec))
+
+    def touch(self, keys: Collection[OffloadKey], req_context: VllmReqContext) -> None:
+        self.manager.touch(keys, _context(req_context))
+
+    def complete_load(self, keys: Collection[OffloadKey], req_context: VllmReqContext) -> None:
+        self.manager.complete_load(keys, _context(req_context))
+
+    # --- stores -------------------------------------------------------------
+
+    def prepare_store(
+        self, keys: Collection[OffloadKey], req_context: VllmReqContext
+    ) -> VllmPrepareStoreOutput | None:
+        output = self.manager.prepare_store(keys, _context(req_context))
+        if output is None:
+            return None
+        if output.keys_to_store:
+            self._allocation_sizes.append(len(output.keys_to_store))
+        return VllmPrepareStoreOutput(
+            keys_to_store=list(output.keys_to_store),
+            store_spec=VllmCPULoadStoreSpec(_block_ids(output.store_spec)),
+            evicted_keys=list(output.evicted_keys),
+        )
+
+    def complete_store(
+        self,
+        keys: Collection[OffloadKey],
+        req_context: VllmReqContext,
+        success: bool = True,
+    ) -> None:
+        self.manager.complete_store(keys, _context(req_context), success)
+
+    # --- requests and steps ------------------------------------------------
+
+    def on_new_request(self, req_context: VllmReqContext) -> RequestOffloadingContext:
+        self.manager.on_new_request(_context(req_context))
+        return RequestOffloadingContext()
+
+    def on_request_finished(self, req_context: VllmReqContext) -> None:
+        """Commits the request's uses to the replacement policy (0.33's
+        request-scoped recency)."""
+        self.manager.on_request_finished(_context(req_context))
+
+    def on_schedule_end(self, context: ScheduleEndContext) -> None:
+        self.manager.on_schedule_end()
+
+    def has_pending_work(self) -> bool:
+        return False
+
+    def take_events(self) -> Iterable[VllmOffloadingEvent]:
+        """The core's events as vLLM's (``medium=Medium.CPU``). A failed
+        store emits nothing: its keys were never announced (vLLM's own
+        manager emits a ``metadata_only`` removal the engine never
+        publishes)."""
+        medium = self.medium
+        return [
+            VllmOffloadingEvent(keys=list(event.keys), medium=medium, removed=event.removed)
+            for event in self.manager.take_events()
+        ]
+
+    def reset_cache(self) -> None:
+        """Drops every chunk; emits no event (the engine publishes its own
+        all-cleared event). The engine completes no pre-reset job after it
+        (vLLM's scheduler discards them); their chunks may be handed out
+        again at once."""
+        self.manager.reset_cache()
+
+    def on_reset_flushed(self) -> None:
+        return None
+
+    # --- metrics ------------------------------------------------------------
+
+    def stats(self) -> ManagerStats:
+        """kvoffload's snapshot (:class:`~kvoffload.impl.stats.ManagerStats`)."""
+        if self.filter is not None:
+            return self.filter.stats()
+        return self.core.stats()
+
+    def get_stats(self) -> Any:
+        """vLLM's ``OffloadingConnectorStats`` with the metrics of vLLM's CPU
+        manager (``CPUOffloadingMetrics``): the usage gauges now, the
+        allocation sizes and (with a filter) the stores skipped since the
+        last call."""
+        from vllm.distributed.kv_transfer.kv_connector.v1.offloading.metrics import (
+            OffloadingConnectorStats,
+        )
+
+        snapshot = self.stats()
+        stats = OffloadingConnectorStats()
+        stats.set_gauge(CPUOffloadingMetrics.CPU_CACHE_USAGE_PERC, snapshot.usage)
+        for size in self._allocation_sizes:
+            stats.observe_histogram(CPUOffloadingMetrics.CPU_ALLOCATION_SIZE, size)
+        self._allocation_sizes.clear()
+        stats.set_gauge(CPUOffloadingMetrics.CPU_CACHE_WRITE_USAGE_PERC, snapshot.write_usage)
+        stats.set_gauge(CPUOffloadingMetrics.CPU_CACHE_READ_USAGE_PERC, snapshot.read_usage)
+        if self.store_threshold >= 2:
+            stats.increase_counter(
+                CPUOffloadingMetrics.STORES_SKIPPED,
+                snapshot.stores_skipped - self._skipped_reported,
+            )
+            self._skipped_reported = snapshot.stores_skipped
+        return stats
+
+    def config_info(self) -> Sequence[ConfigInfoMapping]:
+        return [self._config_info]
+
+    def shutdown(self) -> None:
+        self.manager.shutdown()
+
+
+def _library_spec(spec: Any, kind: str) -> LoadStoreSpec:
+    """kvoffload's spec for vLLM's (``kind``: ``"gpu"`` or ``"cpu"``)."""
+    from kvoffload.impl.specs import CPULoadStoreSpec, GPULoadStoreSpec
+
+    if kind == "gpu":
+        return GPULoadStoreSpec(
+            spec.block_ids, list(spec.group_sizes), list(spec.block_indices)
+        )
+    return CPULoadStoreSpec(spec.block_ids)
+
+
+class KVOffloadingWorker(OffloadingWorker):  # type: ignore[misc]
+    """vLLM 0.33's ``OffloadingWorker`` over kvoffload's worker: stores go
+    GPU -> CPU, loads CPU -> GPU, through kvoffload's handlers (their own
+    streams; an ``expedited`` load is submitted at once like any other, as
+    submission never blocks). A transfer the worker cannot run is reported
+    failed by :meth:`get_finished`."""
+
+    def __init__(self, worker: LibraryWorker) -> None:
+        self.worker = worker
+
+    def submit_store(self, job_id: int, src_spec: Any, dst_spec: Any) -> bool:
+        return self.worker.transfer_async(
+            job_id, (_library_spec(src_spec, "gpu"), _library_spec(dst_spec, "cpu"))
+        )
+
+    def submit_load(
+        self, job_id: int, src_spec: Any, dst_spec: Any, expedited: bool = False
+    ) -> bool:
+        return self.worker.transfer_async(
+            job_id, (_library_spec(src_spec, "cpu"), _library_spec(dst_spec, "gpu"))
+        )
+
+    def get_finished(self) -> list[VllmTransferResult]:
+        return [
+            VllmTransferResult(
+                job_id=result.job_id,
+                success=result.success,
+                transfer_size=result.transfer_size,
+                transfer_time=result.transfer_time,
+            )
+            for result in self.worker.get_finished()
+        ]
+
+    def wait(self, job_ids: set[int]) -> None:
+        self.worker.wait(job_ids)
+
+    def shutdown(self) -> None:
+        self.worker.shutdown()
+
+
+def _round_up(value: int, multiple: int) -> int:
+    return -(value // -multiple) * multiple
+
+
+_USAGE_DOCS = {
+    CPUOffloadingMetrics.CPU_CACHE_USAGE_PERC: (
+        "Fraction of the CPU KV-cache chunks pinned by transfers in flight "
+        "(stores and loads)."
+    ),
+    CPUOffloadingMetrics.CPU_CACHE_WRITE_USAGE_PERC: (
+        "Fraction of the CPU KV-cache chunks pinned by stores in flight."
+    ),
+    CPUOffloadingMetrics.CPU_CACHE_READ_USAGE_PERC: (
+        "Fraction of the CPU KV-cache chunks pinned by loads in flight."
+    ),
+}
+
+
+class KVOffloadingSpec(OffloadingSpec):  # type: ignore[misc]
+    """vLLM 0.33's ``OffloadingSpec`` for kvoffload's CPU tier, built from
+    vLLM's ``OffloadingConfig`` (module docstring).
+
+    ``extra_config``: ``cpu_bytes_to_use`` (required: the CPU bytes of the
+    tier over all workers), ``eviction_policy`` (``"lru"``, the default, or
+    ``"arc"``), ``store_threshold`` (2 or more: offload a chunk only once it
+    was offered that many times; default 0, no filter), ``max_tracker_size``
+    (the filter's table, default 64000). The tier holds
+    ``cpu_bytes_to_use // round_up(chunk bytes, page size)`` chunks, as in
+    vLLM's ``CPUOffloadingSpec``; 0 chunks make a manager that refuses every
+    store.
+
+    Raises :class:`ConfigurationError` without ``cpu_bytes_to_use``, for an
+    unknown ``eviction_policy``, and for ``cache_policy_module_path``
+    (kvoffload implements its own policies only).
+    """
+
+    @classmethod
+    def build_metric_definitions(
+        cls, extra_config: dict[str, Any]
+    ) -> dict[str, OffloadingMetricMetadata]:
+        definitions: dict[str, OffloadingMetricMetadata] = {
+            name: OffloadingGaugeMetadata(documentation=text) for name, text in _USAGE_DOCS.items()
+        }
+        definitions[CPUOffloadingMetrics.CPU_ALLOCATION_SIZE] = OffloadingHistogramMetadata(
+            documentation="CPU chunks allocated by each admitted prepare_store call.",
+            buckets=(1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144),
+        )
+        if int(extra_config.get("store_threshold", 0)) >= 2:
+            definitions[CPUOffloadingMetrics.STORES_SKIPPED] = OffloadingCounterMetadata(
+                documentation=(
+                    "Offered KV chunks not stored because they were offered "
+                    "fewer than store_threshold times."
+                ),
+            )
+        return definitions
+
+    @classmethod
+    def config_info_keys(cls, extra_config: dict[str, Any]) -> tuple[str, ...]:
+        keys: tuple[str, ...] = CPUOffloadingInfo.config_info_keys()
+        return keys
+
+    def __init__(self, config: OffloadingConfig) -> None:
+        super().__init__(config)
+        cpu_bytes_to_use = self.extra_config.get("cpu_bytes_to_use")
+        if not cpu_bytes_to_use:
+            raise ConfigurationError(
+                "cpu_bytes_to_use must be specified in kv_connector_extra_config"
+            )
+        if self.extra_config.get("cache_policy_module_path"):
+            raise ConfigurationError(
+                "kvoffload implements its own eviction policies ('lru', 'arc'); "
+                "cache_policy_module_path is not supported"
+            )
+        self.eviction_policy: str = require_policy_name(
+            self.extra_config.get("eviction_policy", "lru")
+        )
+        self.store_threshold = int(self.extra_config.get("store_threshold", 0))
+        self.max_tracker_size = int(self.extra_config.get("max_tracker_size", 64_000))
+        world_size = config.parallel.world_size
+        self.num_chunks = 0
+        self.kv_bytes_per_chunk = 0
+        if config.worker_kv_bytes_per_block > 0 and world_size > 0:
+            kv_bytes_per_chunk = (
+                config.worker_kv_bytes_per_block * world_size * self.blocks_per_chunk
+            )
+            self.kv_bytes_per_chunk = _round_up(kv_bytes_per_chunk, BLOCK_SIZE_ALIGNMENT)
+            self.num_chunks = int(cpu_bytes_to_use) // self.kv_bytes_per_chunk
+        self.cpu_info = CPUOffloadingInfo.from_config(
+            config, self.num_chunks, self.kv_bytes_per_chunk
+        )
+        self._manager: KVOffloadingManager | None = None
+        self._worker: KVOffloadingWorker | None = None
+
+    def get_manager(self) -> KVOffloadingManager:
+        if self._manager is None:
+            self._manager = KVOffloadingManager(
+                num_chunks=self.num_chunks,
+                cache_policy=self.eviction_policy,
+                enable_events=self.kv_events_config.enable_kv_cache_events,
+                store_threshold=self.store_threshold,
+                max_tracker_size=self.max_tracker_size,
+                info=self.cpu_info,
+            )
+        return self._manager
+
+    def get_worker(self, kv_caches: Any) -> KVOffloadingWorker:
+        """The worker for ``kv_caches`` (vLLM's ``CanonicalKVCaches``),
+        built on the first call. CPU tensors work too (synchronous copies):
+        that is how it is tested without a GPU."""
+        if self._worker is None:
+            from kvoffload.impl.worker.canonical import (
+                CanonicalKVCacheRef,
+                CanonicalKVCaches,
+                CanonicalKVCacheTensor,
+            )
+            from kvoffload.impl.worker.spec import CPUOffloadingConfig, CPUOffloadingSpec
+            from kvoffload.impl.worker.worker import OffloadingWorker as LibraryWorker
+
+            caches = CanonicalKVCaches(
+                [CanonicalKVCacheTensor(t.tensor, t.page_size_bytes) for t in kv_caches.tensors],
+                [
+                    [CanonicalKVCacheRef(ref.tensor_idx, ref.page_size_bytes) for ref in group]
+                    for group in kv_caches.group_data_refs
+                ],
+            )
+            if self.num_chunks == 0:
+                worker = LibraryWorker()  # no tier: every transfer is reported failed
+            else:
+                library_spec = CPUOffloadingSpec(
+                    CPUOffloadingConfig(
+                        1,
+                        offloaded_block_size=self.blocks_per_chunk,
+                        num_cpu_blocks=self.num_chunks,
+                    )
+                )
+                worker = library_spec.build_worker(caches)
+            self._worker = KVOffloadingWorker(worker)
+        return self._worker
