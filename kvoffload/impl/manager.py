@@ -31,8 +31,10 @@ from kvoffload.spec.contract import (
     OffloadingManager,
     PrepareStoreOutput,
     ReqContext,
+    require_context,
+    require_success,
 )
-from kvoffload.spec.errors import IllegalTransitionError, OffloadingError
+from kvoffload.spec.errors import ConfigurationError, IllegalTransitionError, OffloadingError
 from kvoffload.spec.keys import (
     GROUP_IDX_BYTES,
     OffloadKey,
@@ -81,10 +83,29 @@ def check_keys(keys: list[OffloadKey]) -> None:
     validate_offload_keys(keys)
 
 
-def reject_keys(keys: object) -> None:
-    """Raise :class:`InvalidKeyError` if any of ``keys`` is malformed (used
-    where a call found an unknown or unhashable key, before it says so)."""
-    validate_offload_keys(keys)
+def keys_of(keys: object, req_context: object) -> list[OffloadKey]:
+    """The one argument check of every keyed call: ``keys`` as a checked
+    list, after ``req_context`` is checked.
+
+    Raises :class:`InvalidKeyError` for a bare key, a string, a non-iterable
+    or any key that is not ``bytes`` of at least the group-index length (a
+    ``memoryview`` or ``bytearray`` key included, though one may hash equal
+    to a tracked key), and :class:`InvalidArgumentError` for a context
+    without a ``str`` ``req_id``. Nothing is acted on before both pass.
+    """
+    if type(req_context) is not ReqContext:
+        require_context(req_context)
+    listed = listed_keys(keys)
+    check_keys(listed)
+    return listed
+
+
+def check_success(success: object) -> bool:
+    """``success`` when it is a ``bool``, else :class:`InvalidArgumentError`."""
+    if success is True or success is False:
+        return success is True
+    require_success(success)  # raises
+    return False
 
 
 def _block_of(blocks: dict[OffloadKey, BlockStatus], key: object) -> BlockStatus | None:
@@ -114,6 +135,8 @@ class OffloadingManagerCore(OffloadingManager):
     def __init__(
         self, backend: Backend, policy: CachePolicy, enable_events: BoolArg = False
     ) -> None:
+        if enable_events is not True and enable_events is not False:
+            raise ConfigurationError(f"enable_events must be a bool, got {enable_events!r}")
         self.backend = backend
         self.policy = policy
         self._blocks = policy.blocks  # the policy's key -> block map (hot path)
@@ -126,27 +149,18 @@ class OffloadingManagerCore(OffloadingManager):
     # --- reads -----------------------------------------------------------
 
     def lookup(self, key: KeyArg, req_context: ReqContext) -> bool:
-        # Only valid keys are ever readable: a hit needs no key check.
-        try:
-            if key in self._readable:
-                return True
-        except TypeError:
-            pass
-        validate_offload_key(key)
+        if type(req_context) is not ReqContext:
+            require_context(req_context)
+        if isinstance(key, bytes) and len(key) >= GROUP_IDX_BYTES:
+            return key in self._readable
+        validate_offload_key(key)  # raises: a memoryview may hash as a tracked key
         return False
 
     def lookup_prefix(
         self, keys: Iterable[OffloadKey], req_context: ReqContext
     ) -> int:
-        listed = listed_keys(keys)
-        try:
-            hits = len(list(takewhile(self._readable.__contains__, listed)))
-        except TypeError:
-            reject_keys(listed)
-            raise
-        if hits < len(listed):
-            check_keys(listed[hits:])  # the hits are valid: they are readable
-        return hits
+        listed = keys_of(keys, req_context)
+        return len(list(takewhile(self._readable.__contains__, listed)))
 
     def phase(self, key: KeyArg) -> Phase:
         """The lifecycle phase of ``key`` (no side effects); ABSENT for
@@ -168,7 +182,7 @@ class OffloadingManagerCore(OffloadingManager):
     def prepare_load(
         self, keys: Collection[OffloadKey], req_context: ReqContext
     ) -> LoadStoreSpec:
-        listed = listed_keys(keys)
+        listed = keys_of(keys, req_context)
         loaded = self._blocks_of(listed)
         for block in loaded:
             if block.ref_cnt < 0:
@@ -178,23 +192,18 @@ class OffloadingManagerCore(OffloadingManager):
         return self.backend.get_load_store_spec(listed, loaded)
 
     def _blocks_of(self, keys: list[OffloadKey]) -> list[BlockStatus]:
-        """The blocks of ``keys``, in order; :class:`InvalidKeyError` for a
-        malformed key, else :class:`IllegalTransitionError` (as
-        ``prepare_load``) for the first untracked one."""
+        """The blocks of the checked ``keys``, in order;
+        :class:`IllegalTransitionError` (as ``prepare_load``) for the first
+        untracked one."""
         get = self._blocks.get
-        try:
-            blocks = [get(key) for key in keys]
-        except TypeError:
-            reject_keys(keys)
-            raise
+        blocks = [get(key) for key in keys]
         if None in blocks:
             self._raise_illegal(keys, Call.PREPARE_LOAD)
         return cast(list[BlockStatus], blocks)
 
     def _raise_illegal(self, keys: list[OffloadKey], call: Call) -> None:
         """Raise for the first key of ``keys`` that ``call`` may not take
-        (untracked or PENDING), after checking every key is well formed."""
-        reject_keys(keys)
+        (untracked or PENDING)."""
         for key in keys:
             block = self._blocks.get(key)
             if block is None or block.ref_cnt < 0:
@@ -204,13 +213,9 @@ class OffloadingManagerCore(OffloadingManager):
     def complete_load(
         self, keys: Collection[OffloadKey], req_context: ReqContext
     ) -> None:
-        listed = listed_keys(keys)
+        listed = keys_of(keys, req_context)
         get = self._blocks.get
-        try:
-            blocks = [get(key) for key in listed]
-        except TypeError:
-            reject_keys(listed)
-            raise
+        blocks = [get(key) for key in listed]
         if None in blocks:
             self._check_complete_load(listed)
         loaded = cast(list[BlockStatus], blocks)
@@ -232,7 +237,6 @@ class OffloadingManagerCore(OffloadingManager):
 
     def _check_complete_load(self, keys: list[OffloadKey]) -> None:
         """Raise for the first occurrence with no load in flight, if any."""
-        reject_keys(keys)
         remaining: dict[OffloadKey, int] = {}
         for key in keys:
             block = self._blocks.get(key)
@@ -245,17 +249,14 @@ class OffloadingManagerCore(OffloadingManager):
             remaining[key] = left - 1
 
     def touch(self, keys: Collection[OffloadKey], req_context: ReqContext) -> None:
-        listed = listed_keys(keys)
-        check_keys(listed)
-        self.policy.touch(listed)
+        self.policy.touch(keys_of(keys, req_context))
 
     # --- stores ----------------------------------------------------------
 
     def prepare_store(
         self, keys: Collection[OffloadKey], req_context: ReqContext
     ) -> PrepareStoreOutput | None:
-        offered = listed_keys(keys)
-        check_keys(offered)
+        offered = keys_of(keys, req_context)
         offered_set = set(offered)
         # offer order, no repeats (a set is the cheaper test for repeats)
         unique = offered if len(offered_set) == len(offered) else list(dict.fromkeys(offered))
@@ -307,16 +308,12 @@ class OffloadingManagerCore(OffloadingManager):
         req_context: ReqContext,
         success: BoolArg = True,
     ) -> None:
-        listed = listed_keys(keys)
+        listed = keys_of(keys, req_context)
+        success = check_success(success)
         get = self._blocks.get
-        try:
-            unique = list(dict.fromkeys(listed))
-            blocks = [get(key) for key in unique]
-        except TypeError:
-            reject_keys(listed)
-            raise
+        unique = list(dict.fromkeys(listed))
+        blocks = [get(key) for key in unique]
         if None in blocks:
-            reject_keys(listed)
             missing = unique[blocks.index(None)]
             call = Call.COMPLETE_STORE_OK if success else Call.COMPLETE_STORE_FAILED
             raise IllegalTransitionError(missing, self.phase(missing), call)
@@ -350,7 +347,19 @@ class OffloadingManagerCore(OffloadingManager):
         return taken
 
     def reset_cache(self) -> None:
+        """Drop every tracked block and free every slot.
+
+        Refused while a load is in flight: the slot it reads would be handed
+        to the next ``prepare_store`` and overwritten under the reader (on a
+        GPU the copy is asynchronous). Raises :class:`IllegalTransitionError`
+        naming the loading key of the lowest slot, and changes nothing;
+        ``complete_load`` the loads first.
+        """
         tracked = list(self.policy.items())
+        loading = [(block.block_id, key) for key, block in tracked if block.ref_cnt > 0]
+        if loading:
+            _, key = min(loading)
+            raise IllegalTransitionError(key, self.phase(key), Call.RESET)
         announced = sorted(
             ((block.block_id, key) for key, block in tracked if block.ref_cnt >= 0)
         )

@@ -111,7 +111,11 @@ class Profile:
     ``ErrorStyle.ANY``); when False the kit never offers malformed keys.
     ``complete_store_ignores_absent``: ``complete_store`` of a key that is
     not tracked (never stored, evicted, failed, reset) is a no-op instead of
-    an illegal call.
+    an illegal call. ``reset_with_loads``: ``reset_cache`` is legal while
+    loads are in flight and frees their slots at once (the engine guarantees
+    no load in flight at a reset is still reading: vLLM flushes them first);
+    when False, ``reset_cache`` with a LOADING key raises
+    ``IllegalTransitionError`` and changes nothing.
 
     docs/SPEC.md ("Profiles") gives each option's meaning in the models.
     """
@@ -130,6 +134,7 @@ class Profile:
     event_block_size: bool = True
     validates_keys: bool = True
     complete_store_ignores_absent: bool = False
+    reset_with_loads: bool = False
 
     def describe(self) -> str:
         """One line naming every option's value."""
