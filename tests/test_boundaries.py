@@ -193,3 +193,32 @@ def test_each_listed_usage_error_exits_2(case: tuple[str, str, str]) -> None:
     command, option, value = case
     status, err = run_cli([*command.split(), option, value])
     assert status == 2 and err.count("\n") == 1 and "Traceback" not in err, err
+
+
+@pytest.mark.parametrize(
+    ("source", "argv"),
+    [
+        ("raise RuntimeError('boom')\n", ["audit", "--target", "edges_target:make"]),
+        ("def (:\n", ["audit", "--target", "edges_target:make"]),
+        ("def (:\n", ["check", "--target", "edges_target:make"]),
+        ("def make(n):\n    raise ValueError('no')\n", ["audit", "--target", "edges_target:make"]),
+    ],
+    ids=["module-raises", "syntax-error", "check-syntax-error", "factory-raises"],
+)
+def test_a_target_that_cannot_load_is_a_usage_error(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, source: str, argv: list[str]
+) -> None:
+    (tmp_path / "edges_target.py").write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(__import__("sys").modules, "edges_target", raising=False)
+    status, err = run_cli(argv)
+    assert status == 2 and err.count("\n") == 1 and "Traceback" not in err, err
+
+
+@pytest.mark.parametrize("command", [["audit", "--vllm"], ["bench", "manager", "--vllm-path"]])
+def test_a_broken_vllm_release_is_a_usage_error(tmp_path: Any, command: list[str]) -> None:
+    package = tmp_path / "vllm" / "v1" / "kv_offload"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("def (:\n")
+    status, err = run_cli([*command, str(tmp_path)])
+    assert status == 2 and err.count("\n") == 1 and "Traceback" not in err, err
