@@ -11,6 +11,8 @@ import importlib
 import sys
 from collections.abc import Sequence
 
+from kvoffload.usage import OneLineParser, UsageError
+
 # (command, module, one-line help). Command modules must not import torch at
 # module level: `python -m kvoffload --help` works without it.
 _COMMANDS: tuple[tuple[str, str, str], ...] = (
@@ -23,7 +25,7 @@ _COMMANDS: tuple[tuple[str, str, str], ...] = (
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="python -m kvoffload",
         description="KV-cache offloading: managers, specification, conformance kit.",
     )
@@ -37,9 +39,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; a usage error (bad argument, checked before any work)
+    prints one line on stderr and returns 2 (argparse's own refusals exit 2
+    the same way)."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    status: int = args._module.run(args)
+    try:
+        status: int = args._module.run(args)
+    except UsageError as error:
+        print(f"python -m kvoffload {args.command}: error: {error}", file=sys.stderr)
+        return 2
     return status
 
 

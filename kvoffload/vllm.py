@@ -151,6 +151,7 @@ class KVOffloadingManager(OffloadingManager):  # type: ignore[misc]
             recency_commit=PROFILE.recency_commit,
             reset_announce=PROFILE.reset_announce,
             complete_store_ignores_absent=PROFILE.complete_store_ignores_absent,
+            reset_with_loads=PROFILE.reset_with_loads,
             allow_empty=True,
         )
         # the core's set of readable keys (never rebound): lookup's hot path

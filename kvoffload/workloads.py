@@ -28,7 +28,11 @@ Every other object is one request, in one of two forms:
     with it.
 
 ``id`` is optional (the line number is used instead). A request has at least
-one block.
+one block. Bounds (each broken bound is a :class:`TraceFormatError`): a line
+holds at most :data:`MAX_LINE_CHARS` characters (which also bounds JSON
+nesting), a request at most :data:`MAX_REQUEST_BLOCKS` blocks, a trace at
+most :data:`MAX_TRACE_BLOCKS` block references; the file is UTF-8. A string
+key is hex only: integers and strings never name the same block.
 
 Generators
 ==========
@@ -66,6 +70,14 @@ from kvoffload.spec.keys import OffloadKey, make_offload_key
 
 TRACE_FORMAT_VERSION = 1
 """Value of ``kvoffload_trace`` in a trace header."""
+
+
+MAX_LINE_CHARS = 1 << 24
+"""Longest line of a trace file (16 Mi characters)."""
+MAX_REQUEST_BLOCKS = 1_000_000
+"""Most blocks of one request (its chain length)."""
+MAX_TRACE_BLOCKS = 10_000_000
+"""Most block references in one trace (the sum of every chain's length)."""
 
 
 class TraceFormatError(OffloadingError, ValueError):
@@ -218,7 +230,17 @@ def compile_trace(records: Iterable[RequestRecord], name: str = "trace") -> Trac
     compiler = _ChainCompiler()
     req_ids: list[str] = []
     chains: list[tuple[int, ...]] = []
+    refs = 0
     for index, record in enumerate(records, start=1):
+        asked = len(record.keys) if record.keys is not None else sum(
+            count for _, count in record.segments
+        )
+        refs += asked
+        if refs > MAX_TRACE_BLOCKS:
+            raise TraceFormatError(
+                f"the trace asks for more than {MAX_TRACE_BLOCKS} block references",
+                record.line or index,
+            )
         chains.append(compiler.compile(record, record.line or index))
         req_ids.append(record.req_id)
     return Trace(name, tuple(req_ids), tuple(chains), tuple(compiler.block_keys))
@@ -243,6 +265,8 @@ def _parse_record(obj: object, line: int) -> RequestRecord:
         keys: list[str] = []
         for key in raw_keys:
             if isinstance(key, str):
+                if key.startswith("#"):
+                    raise TraceFormatError(f"key {key!r} is not a hex string", line)
                 keys.append(key.lower())
             elif isinstance(key, int) and not isinstance(key, bool):
                 keys.append(f"#{key}")
@@ -250,6 +274,10 @@ def _parse_record(obj: object, line: int) -> RequestRecord:
                 raise TraceFormatError(
                     f"a key must be a hex string or an integer, got {key!r}", line
                 )
+        if len(keys) > MAX_REQUEST_BLOCKS:
+            raise TraceFormatError(
+                f"a request has {len(keys)} keys; at most {MAX_REQUEST_BLOCKS}", line
+            )
         return RequestRecord(str(req_id), keys=tuple(keys), line=line)
     raw_segments = obj["segments"]
     if not isinstance(raw_segments, list):
@@ -267,6 +295,11 @@ def _parse_record(obj: object, line: int) -> RequestRecord:
                 f"a segment must be [stream name, block count], got {segment!r}", line
             )
         segments.append((segment[0], segment[1]))
+    total = sum(count for _, count in segments)
+    if total > MAX_REQUEST_BLOCKS:
+        raise TraceFormatError(
+            f"a request asks for {total} blocks; at most {MAX_REQUEST_BLOCKS}", line
+        )
     return RequestRecord(str(req_id), segments=tuple(segments), line=line)
 
 
@@ -276,7 +309,18 @@ def parse_trace_lines(lines: Iterable[str]) -> Iterator[RequestRecord]:
     Raises :class:`TraceFormatError` on malformed JSON or records, and on a
     header of an unsupported version.
     """
-    for line_no, text in enumerate(lines, start=1):
+    line_no = 0
+    iterator = iter(lines)
+    while True:
+        try:
+            text = next(iterator)
+        except StopIteration:
+            return
+        except UnicodeDecodeError as error:
+            raise TraceFormatError(f"not UTF-8: {error.reason}", line_no + 1) from None
+        line_no += 1
+        if len(text) > MAX_LINE_CHARS:
+            raise TraceFormatError(f"line longer than {MAX_LINE_CHARS} characters", line_no)
         text = text.strip()
         if not text or text.startswith("#"):
             continue
@@ -284,6 +328,8 @@ def parse_trace_lines(lines: Iterable[str]) -> Iterator[RequestRecord]:
             obj = json.loads(text)
         except json.JSONDecodeError as error:
             raise TraceFormatError(f"not JSON: {error.msg}", line_no) from None
+        except RecursionError:
+            raise TraceFormatError("JSON nested too deeply", line_no) from None
         if isinstance(obj, dict) and "kvoffload_trace" in obj:
             if obj["kvoffload_trace"] != TRACE_FORMAT_VERSION:
                 raise TraceFormatError(

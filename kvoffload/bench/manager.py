@@ -63,6 +63,7 @@ from kvoffload.impl.manager import CPUOffloadingManager, check_keys, listed_keys
 from kvoffload.spec.contract import ReqContext
 from kvoffload.spec.errors import ConfigurationError, OffloadingError
 from kvoffload.spec.keys import OffloadKey, make_offload_key
+from kvoffload.usage import UsageError
 from kvoffload.vllm_release import Generation, VllmRelease, VllmReleaseError, load_release
 from kvoffload.workloads import WORKLOADS, generate_trace
 
@@ -693,8 +694,16 @@ def _print_worst_cases(args: argparse.Namespace, runners: list[Contender]) -> No
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
+    try:  # a release that cannot load or build its managers: a usage error
         runners = contenders(args.vllm_path)
+        for runner in runners:
+            for policy in args.policy:
+                runner.make_driver(1, policy)
+    except Exception as error:
+        raise UsageError(
+            f"--vllm-path {args.vllm_path}: {type(error).__name__}: {error}"
+        ) from None
+    try:
         trace = generate_trace(args.workload, args.requests, args.seed)
         print(f"machine: {machine_description()}")
         print(

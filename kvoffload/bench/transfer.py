@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import sys
@@ -28,6 +29,8 @@ from typing import TYPE_CHECKING
 
 import attrs
 import numpy as np
+
+from kvoffload.usage import UsageError, int_in, writable_file
 
 if TYPE_CHECKING:
     import torch
@@ -216,20 +219,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--total", default=None,
         help="bytes per transfer, e.g. 256M (default: 256M on CUDA, 64M on CPU)",
     )
-    parser.add_argument("--repeats", type=int, default=5,
+    parser.add_argument("--repeats", type=int_in(1), default=5,
                         help="timed runs per case; the median is kept")
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
-        "--direct-copy-min-bytes", type=int, default=None,
+        "--direct-copy-min-bytes", type=int_in(0), default=None,
         help="handler tuning: runs at least this long get one copy each",
     )
     parser.add_argument(
-        "--threads", type=int, default=None,
+        "--threads", type=int_in(1, 1024), default=None,
         help="torch CPU threads (default: 1 without CUDA, where thread "
         "wake-ups otherwise dominate small copies; unchanged with CUDA)",
     )
-    parser.add_argument("--json", default=None, metavar="PATH",
+    parser.add_argument("--json", type=writable_file, default=None, metavar="PATH",
                         help="also write the figures as JSON to PATH")
 
 
@@ -243,7 +246,53 @@ TORCH_ADVICE = (
 )
 
 
+MAX_TOTAL = 16 << 30
+"""Largest --total: the run holds about twice this in memory (source and
+destination tensors)."""
+
+
+def _size_arg(text: str, name: str) -> int:
+    try:
+        value = parse_size(text)
+    except (ValueError, OverflowError):
+        raise UsageError(f"{name}: not a size: {text!r} (e.g. 16K, 2M, 256M)") from None
+    if value < 1:
+        raise UsageError(f"{name}: must be at least 1 byte, got {text!r}")
+    return value
+
+
+def check_arguments(args: argparse.Namespace) -> tuple[list[int], int | None]:
+    """The block sizes and the total (None: the device's default), checked
+    before any work; :class:`UsageError` for a bad value."""
+    sizes = [_size_arg(item, "--sizes") for item in args.sizes.split(",") if item.strip()]
+    if not sizes:
+        raise UsageError("--sizes: no block size given")
+    total = _size_arg(args.total, "--total") if args.total else None
+    if total is not None:
+        if total > MAX_TOTAL:
+            raise UsageError(f"--total: at most {_format_size(MAX_TOTAL)}, got {args.total!r}")
+        memory = _physical_memory()
+        if memory is not None and 2 * total > memory // 2:
+            raise UsageError(
+                f"--total {args.total} needs about {_format_size(2 * total)} of memory; "
+                f"this machine has {_format_size(memory)}"
+            )
+    smallest_total = total if total is not None else 64 << 20
+    too_big = [size for size in sizes if size > smallest_total]
+    if too_big:
+        raise UsageError(f"--sizes: a block of {too_big[0]} bytes exceeds the total")
+    return sizes, total
+
+
+def _physical_memory() -> int | None:
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
 def run(args: argparse.Namespace) -> int:
+    check_arguments(args)
     try:
         import torch
     except ImportError:
@@ -268,10 +317,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace, device: str) -> int:
-    total = parse_size(args.total) if args.total else (
+    sizes, given_total = check_arguments(args)
+    total = given_total if given_total is not None else (
         256 << 20 if device == "cuda" else 64 << 20
     )
-    sizes = [parse_size(item) for item in args.sizes.split(",") if item.strip()]
     description, figures = measure(
         sizes, total_bytes=total, repeats=args.repeats, device=device,
         seed=args.seed, direct_copy_min_bytes=args.direct_copy_min_bytes,

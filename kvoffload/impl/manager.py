@@ -36,8 +36,10 @@ from kvoffload.spec.contract import (
     PrepareStoreOutput,
     ReqContext,
     RequestOffloadingContext,
+    require_context,
+    require_success,
 )
-from kvoffload.spec.errors import IllegalTransitionError, OffloadingError
+from kvoffload.spec.errors import ConfigurationError, IllegalTransitionError, OffloadingError
 from kvoffload.spec.keys import (
     GROUP_IDX_BYTES,
     OffloadKey,
@@ -87,10 +89,29 @@ def check_keys(keys: list[OffloadKey]) -> None:
     validate_offload_keys(keys)
 
 
-def reject_keys(keys: object) -> None:
-    """Raise :class:`InvalidKeyError` if any of ``keys`` is malformed (used
-    where a call found an unknown or unhashable key, before it says so)."""
-    validate_offload_keys(keys)
+def keys_of(keys: object, req_context: object) -> list[OffloadKey]:
+    """The one argument check of every keyed call: ``keys`` as a checked
+    list, after ``req_context`` is checked.
+
+    Raises :class:`InvalidKeyError` for a bare key, a string, a non-iterable
+    or any key that is not ``bytes`` of at least the group-index length (a
+    ``memoryview`` or ``bytearray`` key included, though one may hash equal
+    to a tracked key), and :class:`InvalidArgumentError` for a context
+    without a ``str`` ``req_id``. Nothing is acted on before both pass.
+    """
+    if type(req_context) is not ReqContext:
+        require_context(req_context)
+    listed = listed_keys(keys)
+    check_keys(listed)
+    return listed
+
+
+def check_success(success: object) -> bool:
+    """``success`` when it is a ``bool``, else :class:`InvalidArgumentError`."""
+    if success is True or success is False:
+        return success is True
+    require_success(success)  # raises
+    return False
 
 
 def _block_of(blocks: dict[OffloadKey, BlockStatus], key: object) -> BlockStatus | None:
@@ -161,7 +182,10 @@ class OffloadingManagerCore(OffloadingManager):
     commits them to the policy in ``on_request_finished``;
     ``reset_announce=ENGINE`` makes ``reset_cache`` emit no event;
     ``complete_store_ignores_absent`` makes ``complete_store`` skip keys
-    that are not tracked instead of raising.
+    that are not tracked instead of raising; ``reset_with_loads`` makes
+    ``reset_cache`` legal while loads are in flight (it frees their slots at
+    once: the engine must flush those loads first, as vLLM does before
+    ``on_reset_flushed``).
     """
 
     def __init__(
@@ -172,7 +196,10 @@ class OffloadingManagerCore(OffloadingManager):
         recency_commit: RecencyCommit = RecencyCommit.TOUCH,
         reset_announce: ResetAnnounce = ResetAnnounce.MANAGER,
         complete_store_ignores_absent: BoolArg = False,
+        reset_with_loads: BoolArg = False,
     ) -> None:
+        if enable_events is not True and enable_events is not False:
+            raise ConfigurationError(f"enable_events must be a bool, got {enable_events!r}")
         self.backend = backend
         self.policy = policy
         self._blocks = policy.blocks  # the policy's key -> block map (hot path)
@@ -185,6 +212,7 @@ class OffloadingManagerCore(OffloadingManager):
         self.request_scoped: bool = recency_commit is RecencyCommit.REQUEST_END
         self.reset_announced: bool = reset_announce is ResetAnnounce.MANAGER
         self.complete_store_ignores_absent: bool = bool(complete_store_ignores_absent)
+        self.reset_with_loads: bool = bool(reset_with_loads)
         # open requests' uses, by req_id (request-scoped recency only)
         self._requests: dict[str, RequestUse] = {}
         # occupancy and counters read by stats() (updated once per call)
@@ -205,27 +233,18 @@ class OffloadingManagerCore(OffloadingManager):
     # --- reads -----------------------------------------------------------
 
     def lookup(self, key: KeyArg, req_context: ReqContext) -> bool:
-        # Only valid keys are ever readable: a hit needs no key check.
-        try:
-            if key in self._readable:
-                return True
-        except TypeError:
-            pass
-        validate_offload_key(key)
+        if type(req_context) is not ReqContext:
+            require_context(req_context)
+        if isinstance(key, bytes) and len(key) >= GROUP_IDX_BYTES:
+            return key in self._readable
+        validate_offload_key(key)  # raises: a memoryview may hash as a tracked key
         return False
 
     def lookup_prefix(
         self, keys: Iterable[OffloadKey], req_context: ReqContext
     ) -> int:
-        listed = listed_keys(keys)
-        try:
-            hits = len(list(takewhile(self._readable.__contains__, listed)))
-        except TypeError:
-            reject_keys(listed)
-            raise
-        if hits < len(listed):
-            check_keys(listed[hits:])  # the hits are valid: they are readable
-        return hits
+        listed = keys_of(keys, req_context)
+        return len(list(takewhile(self._readable.__contains__, listed)))
 
     def phase(self, key: KeyArg) -> Phase:
         """The lifecycle phase of ``key`` (no side effects); ABSENT for
@@ -247,7 +266,7 @@ class OffloadingManagerCore(OffloadingManager):
     def prepare_load(
         self, keys: Collection[OffloadKey], req_context: ReqContext
     ) -> LoadStoreSpec:
-        listed = listed_keys(keys)
+        listed = keys_of(keys, req_context)
         loaded = self._blocks_of(listed)
         for block in loaded:
             if block.ref_cnt < 0:
@@ -272,23 +291,18 @@ class OffloadingManagerCore(OffloadingManager):
         return use
 
     def _blocks_of(self, keys: list[OffloadKey]) -> list[BlockStatus]:
-        """The blocks of ``keys``, in order; :class:`InvalidKeyError` for a
-        malformed key, else :class:`IllegalTransitionError` (as
-        ``prepare_load``) for the first untracked one."""
+        """The blocks of the checked ``keys``, in order;
+        :class:`IllegalTransitionError` (as ``prepare_load``) for the first
+        untracked one."""
         get = self._blocks.get
-        try:
-            blocks = [get(key) for key in keys]
-        except TypeError:
-            reject_keys(keys)
-            raise
+        blocks = [get(key) for key in keys]
         if None in blocks:
             self._raise_illegal(keys, Call.PREPARE_LOAD)
         return cast(list[BlockStatus], blocks)
 
     def _raise_illegal(self, keys: list[OffloadKey], call: Call) -> None:
         """Raise for the first key of ``keys`` that ``call`` may not take
-        (untracked or PENDING), after checking every key is well formed."""
-        reject_keys(keys)
+        (untracked or PENDING)."""
         for key in keys:
             block = self._blocks.get(key)
             if block is None or block.ref_cnt < 0:
@@ -298,13 +312,9 @@ class OffloadingManagerCore(OffloadingManager):
     def complete_load(
         self, keys: Collection[OffloadKey], req_context: ReqContext
     ) -> None:
-        listed = listed_keys(keys)
+        listed = keys_of(keys, req_context)
         get = self._blocks.get
-        try:
-            blocks = [get(key) for key in listed]
-        except TypeError:
-            reject_keys(listed)
-            raise
+        blocks = [get(key) for key in listed]
         if None in blocks:
             self._check_complete_load(listed)
         loaded = cast(list[BlockStatus], blocks)
@@ -329,7 +339,6 @@ class OffloadingManagerCore(OffloadingManager):
 
     def _check_complete_load(self, keys: list[OffloadKey]) -> None:
         """Raise for the first occurrence with no load in flight, if any."""
-        reject_keys(keys)
         remaining: dict[OffloadKey, int] = {}
         for key in keys:
             block = self._blocks.get(key)
@@ -342,17 +351,14 @@ class OffloadingManagerCore(OffloadingManager):
             remaining[key] = left - 1
 
     def touch(self, keys: Collection[OffloadKey], req_context: ReqContext) -> None:
-        listed = listed_keys(keys)
-        check_keys(listed)
-        self.policy.touch(listed)
+        self.policy.touch(keys_of(keys, req_context))
 
     # --- stores ----------------------------------------------------------
 
     def prepare_store(
         self, keys: Collection[OffloadKey], req_context: ReqContext
     ) -> PrepareStoreOutput | None:
-        offered = listed_keys(keys)
-        check_keys(offered)
+        offered = keys_of(keys, req_context)
         offered_set = set(offered)
         # offer order, no repeats (a set is the cheaper test for repeats)
         unique = offered if len(offered_set) == len(offered) else list(dict.fromkeys(offered))
@@ -435,20 +441,15 @@ class OffloadingManagerCore(OffloadingManager):
         req_context: ReqContext,
         success: BoolArg = True,
     ) -> None:
-        listed = listed_keys(keys)
+        listed = keys_of(keys, req_context)
+        success = check_success(success)
         if self.complete_store_ignores_absent:
-            check_keys(listed)
             tracked = self._blocks
             listed = [key for key in listed if key in tracked]
         get = self._blocks.get
-        try:
-            unique = list(dict.fromkeys(listed))
-            blocks = [get(key) for key in unique]
-        except TypeError:
-            reject_keys(listed)
-            raise
+        unique = list(dict.fromkeys(listed))
+        blocks = [get(key) for key in unique]
         if None in blocks:
-            reject_keys(listed)
             missing = unique[blocks.index(None)]
             call = Call.COMPLETE_STORE_OK if success else Call.COMPLETE_STORE_FAILED
             raise IllegalTransitionError(missing, self.phase(missing), call)
@@ -484,6 +485,8 @@ class OffloadingManagerCore(OffloadingManager):
     # --- requests --------------------------------------------------------
 
     def on_new_request(self, req_context: ReqContext) -> RequestOffloadingContext:
+        if type(req_context) is not ReqContext:
+            require_context(req_context)
         if self.request_scoped and req_context.req_id not in self._requests:
             self._requests[req_context.req_id] = RequestUse()
         return RequestOffloadingContext(req_id=req_context.req_id)
@@ -492,6 +495,8 @@ class OffloadingManagerCore(OffloadingManager):
         """Under request-scoped recency, the request's uses reach the policy
         now (:meth:`CachePolicy.commit_request`) and its record is dropped;
         otherwise nothing."""
+        if type(req_context) is not ReqContext:
+            require_context(req_context)
         if not self.request_scoped:
             return
         use = self._requests.pop(req_context.req_id, None)
@@ -529,7 +534,21 @@ class OffloadingManagerCore(OffloadingManager):
         return taken
 
     def reset_cache(self) -> None:
+        """Drop every tracked block and free every slot.
+
+        Refused while a load is in flight: the slot it reads would be handed
+        to the next ``prepare_store`` and overwritten under the reader (on a
+        GPU the copy is asynchronous). Raises :class:`IllegalTransitionError`
+        naming the loading key of the lowest slot, and changes nothing;
+        ``complete_load`` the loads first. With ``reset_with_loads`` (vLLM
+        0.33's contract) the reset frees those slots too, and the caller
+        guarantees no load in flight still reads them.
+        """
         tracked = list(self.policy.items())
+        loading = [(block.block_id, key) for key, block in tracked if block.ref_cnt > 0]
+        if loading and not self.reset_with_loads:
+            _, key = min(loading)
+            raise IllegalTransitionError(key, self.phase(key), Call.RESET)
         announced = sorted(
             ((block.block_id, key) for key, block in tracked if block.ref_cnt >= 0)
         )
@@ -572,6 +591,7 @@ class CPUOffloadingManager(OffloadingManagerCore):
         reset_announce: ResetAnnounce = ResetAnnounce.MANAGER,
         complete_store_ignores_absent: BoolArg = False,
         allow_empty: BoolArg = False,
+        reset_with_loads: BoolArg = False,
     ) -> None:
         size = require_positive_int("block_size", block_size)
         if allow_empty and num_blocks == 0 and type(num_blocks) is int:
@@ -588,6 +608,7 @@ class CPUOffloadingManager(OffloadingManagerCore):
             recency_commit,
             reset_announce,
             complete_store_ignores_absent,
+            reset_with_loads,
         )
         self.cache_policy: str = policy_name
 

@@ -11,7 +11,7 @@ import attrs
 from mypy_extensions import mypyc_attr
 
 from kvoffload.impl.build import BoolArg, IntArg, KeyArg
-from kvoffload.impl.manager import check_keys, listed_keys
+from kvoffload.impl.manager import check_success, keys_of
 from kvoffload.impl.stats import ManagerStats
 from kvoffload.spec.contract import (
     InspectableManager,
@@ -22,11 +22,18 @@ from kvoffload.spec.contract import (
     PrepareStoreOutput,
     ReqContext,
     RequestOffloadingContext,
+    require_context,
 )
 from kvoffload.spec.errors import ConfigurationError
 from kvoffload.spec.keys import GROUP_IDX_BYTES, OffloadKey, validate_offload_key
 from kvoffload.spec.lifecycle import Phase
 from kvoffload.spec.profile import FilterCounts
+
+# What a backing manager must offer (checked at construction).
+_BACKING_CALLS = (
+    "lookup", "lookup_prefix", "prepare_store", "complete_store",
+    "prepare_load", "complete_load", "touch", "take_events", "reset_cache",
+)
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
@@ -53,8 +60,8 @@ class FilterReusedOffloadingManager(OffloadingManager):
     miss); ``filter_reset_clears=False`` keeps the counts across
     ``reset_cache``.
 
-    Raises :class:`ConfigurationError` if ``store_threshold < 2`` or
-    ``max_tracker_size < 1``.
+    Raises :class:`ConfigurationError` if ``backing`` lacks a manager call,
+    ``store_threshold < 2`` or ``max_tracker_size < 1``.
     """
 
     def __init__(
@@ -66,6 +73,14 @@ class FilterReusedOffloadingManager(OffloadingManager):
         filter_counts: FilterCounts = FilterCounts.LOOKUPS,
         filter_reset_clears: BoolArg = True,
     ) -> None:
+        missing = [
+            name for name in _BACKING_CALLS if not callable(getattr(backing, name, None))
+        ]
+        if missing:
+            raise ConfigurationError(
+                f"backing must be an offloading manager; {backing!r} has no "
+                + ", ".join(missing)
+            )
         if isinstance(store_threshold, bool) or not isinstance(store_threshold, int):
             raise ConfigurationError("store_threshold must be an int")
         if store_threshold < 2:
@@ -140,6 +155,8 @@ class FilterReusedOffloadingManager(OffloadingManager):
     # --- intercepted -----------------------------------------------------
 
     def lookup(self, key: KeyArg, req_context: ReqContext) -> bool | None:
+        if type(req_context) is not ReqContext:
+            require_context(req_context)
         if type(key) is bytes and len(key) >= GROUP_IDX_BYTES:
             checked = OffloadKey(key)
         else:
@@ -151,8 +168,7 @@ class FilterReusedOffloadingManager(OffloadingManager):
     def lookup_prefix(
         self, keys: Iterable[OffloadKey], req_context: ReqContext
     ) -> int | None:
-        listed = listed_keys(keys)
-        check_keys(listed)
+        listed = keys_of(keys, req_context)
         counting = self.filter_counts
         if counting is FilterCounts.LOOKUPS:
             for key in listed:
@@ -191,8 +207,7 @@ class FilterReusedOffloadingManager(OffloadingManager):
     def prepare_store(
         self, keys: Collection[OffloadKey], req_context: ReqContext
     ) -> PrepareStoreOutput | None:
-        offered = listed_keys(keys)
-        check_keys(offered)
+        offered = keys_of(keys, req_context)
         counting = self.filter_counts
         if counting is FilterCounts.OFFERS:
             for key in offered:
@@ -230,20 +245,17 @@ class FilterReusedOffloadingManager(OffloadingManager):
     def prepare_load(
         self, keys: Collection[OffloadKey], req_context: ReqContext
     ) -> LoadStoreSpec:
-        listed = listed_keys(keys)
-        check_keys(listed)
+        listed = keys_of(keys, req_context)
         return self.backing.prepare_load(listed, req_context)
 
     def touch(self, keys: Collection[OffloadKey], req_context: ReqContext) -> None:
-        listed = listed_keys(keys)
-        check_keys(listed)
+        listed = keys_of(keys, req_context)
         self.backing.touch(listed, req_context)
 
     def complete_load(
         self, keys: Collection[OffloadKey], req_context: ReqContext
     ) -> None:
-        listed = listed_keys(keys)
-        check_keys(listed)
+        listed = keys_of(keys, req_context)
         self.backing.complete_load(listed, req_context)
 
     def complete_store(
@@ -252,14 +264,15 @@ class FilterReusedOffloadingManager(OffloadingManager):
         req_context: ReqContext,
         success: BoolArg = True,
     ) -> None:
-        listed = listed_keys(keys)
-        check_keys(listed)
-        self.backing.complete_store(listed, req_context, bool(success))
+        listed = keys_of(keys, req_context)
+        self.backing.complete_store(listed, req_context, check_success(success))
 
     def on_new_request(self, req_context: ReqContext) -> RequestOffloadingContext:
+        require_context(req_context)
         return self.backing.on_new_request(req_context)
 
     def on_request_finished(self, req_context: ReqContext) -> None:
+        require_context(req_context)
         self.backing.on_request_finished(req_context)
 
     def on_schedule_end(self) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -12,18 +12,60 @@ from mypy_extensions import mypyc_attr
 from kvoffload.spec.contract import LoadStoreSpec
 from kvoffload.spec.errors import TransferError
 
+_MAX_BLOCK_ID = (1 << 63) - 1
+_INT_ONLY = frozenset({int})
+
+
+def block_id_array(block_ids: object) -> npt.NDArray[np.int64]:
+    """``block_ids`` as a one-dimensional int64 array.
+
+    Raises :class:`TransferError` unless ``block_ids`` is a flat iterable of
+    ``int`` (numpy integers included; never ``bool``, ``float``, ``str`` or a
+    nested sequence) or an integer numpy array of one dimension, each id in
+    ``[0, 2**63 - 1]``. Nothing is coerced: a spec names exactly the blocks
+    it was given.
+    """
+    if isinstance(block_ids, np.ndarray):
+        if block_ids.ndim != 1 or block_ids.dtype.kind not in ("i", "u"):
+            raise TransferError(
+                f"block ids must be a 1-D integer array, got {block_ids.ndim}-D "
+                f"{block_ids.dtype}"
+            )
+        if block_ids.size and (
+            int(block_ids.min()) < 0 or int(block_ids.max()) > _MAX_BLOCK_ID
+        ):
+            raise TransferError(
+                f"block ids must be non-negative and below 2**63, got {block_ids.tolist()!r}"
+            )
+        return block_ids.astype(np.int64, copy=False)
+    if isinstance(block_ids, (str, bytes)):
+        raise TransferError(f"block ids must be ints, got {block_ids!r}")
+    try:
+        listed: list[Any] = list(cast(Iterable[Any], block_ids))
+    except TypeError:
+        raise TransferError(f"block ids must be an iterable of ints, got {block_ids!r}") from None
+    if listed:
+        if not set(map(type, listed)) <= _INT_ONLY:
+            for value in listed:
+                if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+                    raise TransferError(f"block ids must be ints, got {value!r}")
+            listed = [int(value) for value in listed]
+        if min(listed) < 0 or max(listed) > _MAX_BLOCK_ID:
+            raise TransferError(f"block ids must be non-negative and below 2**63, got {listed!r}")
+    return np.array(listed, dtype=np.int64)
+
 
 @mypyc_attr(allow_interpreted_subclasses=True)
 class BlockIDsLoadStoreSpec(LoadStoreSpec):
-    """Blocks given by their ids (slots) in a medium, as an int64 array."""
+    """Blocks given by their ids (slots) in a medium, as an int64 array.
+
+    Raises :class:`TransferError` for malformed ids (:func:`block_id_array`).
+    """
 
     __slots__ = ("block_ids",)
 
     def __init__(self, block_ids: Iterable[int] | npt.NDArray[Any]) -> None:
-        self.block_ids: npt.NDArray[np.int64] = np.asarray(
-            block_ids if isinstance(block_ids, np.ndarray) else list(block_ids),
-            dtype=np.int64,
-        ).reshape(-1)
+        self.block_ids: npt.NDArray[np.int64] = block_id_array(block_ids)
 
     @staticmethod
     def medium() -> str:
@@ -72,7 +114,7 @@ class GPULoadStoreSpec(BlockIDsLoadStoreSpec):
     boundary (all zeros). ``len(block_indices) == len(group_sizes)``.
 
     Raises :class:`~kvoffload.spec.errors.TransferError` if a block id is
-    negative, a group size or block index is negative, the group sizes do not
+    malformed (see :func:`block_id_array`), a group size or block index is negative, the group sizes do not
     sum to the number of ids, or the two per-group sequences differ in length.
     """
 
@@ -86,10 +128,6 @@ class GPULoadStoreSpec(BlockIDsLoadStoreSpec):
     ) -> None:
         super().__init__(block_ids)
         num_ids = len(self)
-        if num_ids and int(self.block_ids.min()) < 0:
-            raise TransferError(
-                f"GPU block ids must be non-negative, got {int(self.block_ids.min())}"
-            )
         sizes = (num_ids,) if group_sizes is None else _as_int_tuple(group_sizes, "group_sizes")
         if any(size < 0 for size in sizes):
             raise TransferError(f"group_sizes must be non-negative, got {list(sizes)}")

@@ -37,7 +37,7 @@ from collections.abc import Collection, Iterable, Sequence
 
 import attrs
 
-from kvoffload.impl.manager import OffloadingManagerCore, check_keys, listed_keys
+from kvoffload.impl.manager import OffloadingManagerCore, keys_of
 from kvoffload.spec.contract import (
     LoadStoreSpec,
     LookupResult,
@@ -256,8 +256,8 @@ class TieredOffloadingManager(OffloadingManager):
     def lookup_prefix(
         self, keys: Iterable[OffloadKey], req_context: ReqContext
     ) -> int | None:
-        listed = listed_keys(keys)
-        hits = self.primary.lookup_prefix(listed, req_context)  # validates the keys
+        listed = keys_of(keys, req_context)
+        hits = self.primary.lookup_prefix(listed, req_context)
         if hits == len(listed):
             return hits
         found = self._promote_run(listed, hits, req_context)
@@ -377,8 +377,7 @@ class TieredOffloadingManager(OffloadingManager):
     def complete_load(
         self, keys: Collection[OffloadKey], req_context: ReqContext
     ) -> None:
-        listed = listed_keys(keys)
-        check_keys(listed)
+        listed = keys_of(keys, req_context)
         if self._cascade_pins:
             wanted = Counter(listed)
             for key, count in wanted.items():
@@ -393,7 +392,7 @@ class TieredOffloadingManager(OffloadingManager):
         self.primary.complete_load(listed, req_context)
 
     def touch(self, keys: Collection[OffloadKey], req_context: ReqContext) -> None:
-        listed = listed_keys(keys)
+        listed = keys_of(keys, req_context)
         self.primary.touch(listed, req_context)
         for tier in self.tiers:
             tier.touch(listed, req_context)
@@ -411,8 +410,7 @@ class TieredOffloadingManager(OffloadingManager):
         req_context: ReqContext,
         success: bool = True,
     ) -> None:
-        listed = listed_keys(keys)
-        check_keys(listed)
+        listed = keys_of(keys, req_context)
         if self._promoting:
             for key in listed:
                 if key in self._promoting:
@@ -564,7 +562,16 @@ class TieredOffloadingManager(OffloadingManager):
         """Drain every tier (no job touches primary memory afterwards), take
         their results, drop batched work, then reset the primary. The tiers
         keep their chunks. Raises :class:`OffloadingError` if a tier still
-        has a job unreported after its ``drain_jobs``."""
+        has a job unreported after its ``drain_jobs``.
+
+        As the primary's ``reset_cache``: refused while an engine load (a
+        pin that is not a cascade's) is in flight, unless the primary was
+        built with ``reset_with_loads`` — :class:`IllegalTransitionError`,
+        and nothing changes (no tier is drained)."""
+        if not self.primary.reset_with_loads:
+            for key, block in self.primary.policy.items():
+                if block.ref_cnt > self._cascade_pins.get(key, 0):
+                    raise IllegalTransitionError(key, self.primary.phase(key), Call.RESET)
         for tier in self.tiers:
             tier.drain_jobs()
         self.poll()
@@ -575,6 +582,11 @@ class TieredOffloadingManager(OffloadingManager):
         self._promotion_batches.clear()
         self._cascade_batches.clear()
         self._promoting.clear()
+        # the pins of write-back cascades batched but never submitted
+        unpin = ReqContext()
+        for key, pins in self._cascade_pins.items():
+            for _ in range(pins):
+                self.primary.complete_load([key], unpin)
         self._cascade_pins.clear()
         self.primary.reset_cache()
 

@@ -17,6 +17,7 @@ from kvoffload.spec.contract import (
 from kvoffload.spec.errors import (
     ConfigurationError,
     IllegalTransitionError,
+    InvalidArgumentError,
     InvalidKeyError,
     OffloadingError,
     TierClosedError,
@@ -38,6 +39,7 @@ __all__ = [
     "Call",
     "ConfigurationError",
     "IllegalTransitionError",
+    "InvalidArgumentError",
     "InspectableManager",
     "InspectablePolicy",
     "InvalidKeyError",

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import attrs
 
+from kvoffload.spec.errors import InvalidArgumentError
 from kvoffload.spec.keys import OffloadKey
 
 if TYPE_CHECKING:
@@ -29,6 +30,25 @@ class ReqContext:
     kv_transfer_params: Mapping[str, object] | None = attrs.field(
         default=None, eq=False, hash=False
     )
+
+
+def require_context(req_context: object) -> None:
+    """Raise :class:`InvalidArgumentError` unless ``req_context`` has a
+    ``str`` attribute ``req_id`` (a :class:`ReqContext`, or an engine's own
+    context type of the same shape)."""
+    if type(req_context) is ReqContext:
+        return
+    if not isinstance(getattr(req_context, "req_id", None), str):
+        raise InvalidArgumentError(
+            f"req_context must have a str req_id (a ReqContext), got {req_context!r}"
+        )
+
+
+def require_success(success: object) -> None:
+    """Raise :class:`InvalidArgumentError` unless ``success`` is a ``bool``
+    (``complete_store(success="no")`` would otherwise read as True)."""
+    if type(success) is not bool:
+        raise InvalidArgumentError(f"success must be a bool, got {success!r}")
 
 
 class LookupResult(enum.Enum):
@@ -107,7 +127,12 @@ class OffloadingManager(ABC):
 
     Calls that break the lifecycle table raise an
     :class:`~kvoffload.spec.errors.OffloadingError` subclass and change
-    nothing.
+    nothing. So does every call given a malformed argument: a key that is
+    not ``bytes`` of at least 4 bytes, or a bare key or string where a list
+    of keys is expected (:class:`~kvoffload.spec.errors.InvalidKeyError`); a
+    ``req_context`` without a ``str`` ``req_id`` or a ``success`` that is not
+    a ``bool`` (:class:`~kvoffload.spec.errors.InvalidArgumentError`, see
+    :func:`require_context` and :func:`require_success`).
 
     Threads: a manager is not safe under concurrent calls. :attr:`lock`
     guards its whole state; every caller holds it around its calls (all but
@@ -179,10 +204,12 @@ class OffloadingManager(ABC):
 
     def on_new_request(self, req_context: ReqContext) -> RequestOffloadingContext:
         """Called when the scheduler first sees a request."""
+        require_context(req_context)
         return RequestOffloadingContext(req_id=req_context.req_id)
 
     def on_request_finished(self, req_context: ReqContext) -> None:
         """Called when a request has finished."""
+        require_context(req_context)
         return None
 
     def on_schedule_end(self) -> None:
@@ -194,7 +221,9 @@ class OffloadingManager(ABC):
         return ()
 
     def reset_cache(self) -> None:
-        """Drop every tracked block."""
+        """Drop every tracked block. Illegal while a load is in flight
+        (:class:`~kvoffload.spec.errors.IllegalTransitionError`, nothing
+        changes): complete the loads first."""
         return None
 
     def shutdown(self) -> None:

@@ -33,6 +33,11 @@ class TierClosedError(OffloadingError):
     """A job was submitted to a secondary tier after its ``shutdown``."""
 
 
+class InvalidArgumentError(OffloadingError, TypeError):
+    """A call's argument other than a key has the wrong type: ``success``
+    that is not a ``bool``, a request context without a ``str`` ``req_id``."""
+
+
 class IllegalTransitionError(OffloadingError):
     """A call is not legal for the phase a key is in (see the lifecycle table).
 

@@ -4,7 +4,10 @@ One key is in exactly one :class:`Phase`. :data:`TRANSITIONS` lists every
 legal ``(phase kind, call)`` pair; :func:`apply` is the only way to move a
 phase, and anything not in the table raises :class:`IllegalTransitionError`.
 ``LOADING`` carries the number of loads in flight; it counts down to
-``READY``.
+``READY``. ``reset_cache`` is illegal while any key is LOADING: the slot a
+load reads must not be handed to the next store before the load completes
+(a profile with ``reset_with_loads`` allows it; see
+:class:`~kvoffload.spec.profile.Profile`).
 """
 
 from __future__ import annotations
@@ -145,7 +148,6 @@ TRANSITIONS: Mapping[tuple[PhaseKind, Call], Transition] = MappingProxyType(
         (_A, Call.RESET): Transition(_A),
         (_P, Call.RESET): Transition(_A, event=EventKind.REMOVED_IF_ANNOUNCED),
         (_R, Call.RESET): Transition(_A, event=EventKind.REMOVED_IF_ANNOUNCED),
-        (_L, Call.RESET): Transition(_A, event=EventKind.REMOVED_IF_ANNOUNCED),
     }
 )
 

@@ -56,7 +56,7 @@ from typing import Any, ClassVar, Protocol, SupportsIndex, TypeVar, Union, overl
 
 import attrs
 
-from kvoffload.spec.contract import LookupResult, OffloadingEvent
+from kvoffload.spec.contract import LookupResult, OffloadingEvent, require_success
 from kvoffload.spec.errors import ConfigurationError
 from kvoffload.spec.keys import (
     OffloadKey,
@@ -851,8 +851,10 @@ class ManagerModel:
         """PENDING keys become READY (``success``, one ``stored`` event) or
         ABSENT (failure: slot freed, no trace); READY/LOADING keys: no-op.
 
-        Raises :class:`IllegalTransitionError` for the first ABSENT key.
+        Raises :class:`IllegalTransitionError` for the first ABSENT key,
+        :class:`InvalidArgumentError` when ``success`` is not a ``bool``.
         """
+        require_success(success)
         call = Call.COMPLETE_STORE_OK if success else Call.COMPLETE_STORE_FAILED
         keys = dedup(validate_offload_keys(keys))
         if self.profile.complete_store_ignores_absent:
@@ -922,8 +924,18 @@ class ManagerModel:
     def reset_cache(self) -> tuple[ManagerModel, None]:
         """Every key ABSENT, every slot free (handed out ascending again), the
         policy emptied; one ``removed`` event for the READY/LOADING keys, in
-        ascending slot order."""
-        readable = sorted((b.slot, k) for k, b in self.blocks.items() if b.phase.readable)
+        ascending slot order.
+
+        Illegal while a load is in flight (the slot it reads would go to the
+        next store): raises :class:`IllegalTransitionError` naming the
+        LOADING key of the lowest slot, and nothing changes — unless the
+        profile's ``reset_with_loads`` says the engine flushes such loads.
+        """
+        by_slot = sorted((b.slot, k) for k, b in self.blocks.items())
+        if not self.profile.reset_with_loads:
+            for _, key in by_slot:
+                apply_call(key, self.blocks[key].phase, Call.RESET)  # raises for LOADING
+        readable = [(s, k) for s, k in by_slot if self.blocks[k].phase.readable]
         events, view = self.events, self.consumer_view
         if self.profile.reset_announce is ResetAnnounce.ENGINE:
             if self.enable_events:

@@ -120,6 +120,11 @@ class Profile:
     verdict cached earlier in the request (vLLM 0.33's ``fs`` tier caches
     each probe until every request that asked has finished), so a MISS does
     not show that the key left the tier; when False it does.
+    ``reset_with_loads``: ``reset_cache`` is legal while
+    loads are in flight and frees their slots at once (the engine guarantees
+    no load in flight at a reset is still reading: vLLM flushes them first);
+    when False, ``reset_cache`` with a LOADING key raises
+    ``IllegalTransitionError`` and changes nothing.
 
     docs/SPEC.md ("Profiles") gives each option's meaning in the models.
     """
@@ -140,6 +145,8 @@ class Profile:
     complete_store_ignores_absent: bool = False
     tier_capacity_bounded: bool = True
     tier_stale_misses: bool = False
+
+    reset_with_loads: bool = False
 
     def describe(self) -> str:
         """One line naming every option's value."""

@@ -101,9 +101,12 @@ def check_exhaustively(
     supports_reset: bool | None = None,
     name: str | None = None,
     factory_import: str | None = None,
+    progress: Callable[[int, int, int, int, float], None] | None = None,
 ) -> CheckReport:
     """Run every sequence of up to ``depth`` calls (deduplicated by model
-    state) against ``factory(num_blocks)``; stop at the first failure."""
+    state) against ``factory(num_blocks)``; stop at the first failure.
+    ``progress(level, sequences, states, frontier, seconds)`` is called after
+    each completed level."""
     if depth < 1 or num_keys < 1 or num_blocks < 1:
         raise ValueError("depth, num_keys and num_blocks must be >= 1")
     config = KitConfig(
@@ -125,7 +128,7 @@ def check_exhaustively(
     sequences = steps = 0
     target = name or str(getattr(factory, "__qualname__", repr(factory)))
     label = policy if reuse_filter is None else f"{policy}+filter"
-    for _ in range(depth):
+    for level in range(1, depth + 1):
         next_frontier: list[list[Operation]] = []
         for prefix in frontier:
             for op in calls:
@@ -155,6 +158,8 @@ def check_exhaustively(
                     seen.add(harness.model)
                     next_frontier.append(sequence)
         frontier = next_frontier
+        if progress is not None:
+            progress(level, sequences, len(seen), len(frontier), time.perf_counter() - started)
         if not frontier:
             break
     return CheckReport(

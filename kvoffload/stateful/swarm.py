@@ -358,8 +358,11 @@ def _reset(run: Run) -> None:
         # all-cleared event
         run.step(TakeEvents())
     run.step(ResetCache())
-    run.stores.clear()
-    run.loads.clear()
+    if not core_of(run.harness.model).blocks:
+        # the reset happened (refused, as with a load in flight, it changed
+        # nothing: the transfers stay in flight)
+        run.stores.clear()
+        run.loads.clear()
 
 
 def _start_request(run: Run) -> None:

@@ -49,7 +49,7 @@ from kvoffload.stateful.harness import ReuseFilterParams, with_overrides
 from kvoffload.stateful.legacy import LegacyManagerAdapter
 from kvoffload.stateful.progress import Progress
 from kvoffload.stateful.reports import TargetResult, result_of, write_reports
-from kvoffload.vllm_release import VllmRelease, VllmReleaseError, load_release
+from kvoffload.vllm_release import VllmRelease, load_release
 
 ManagerFactory = Callable[[int], OffloadingManager]
 
@@ -430,8 +430,9 @@ def run_release_audit(args: argparse.Namespace) -> int:
 
     try:
         release = load_release(args.vllm)
-    except VllmReleaseError as error:
-        print(f"kvoffload audit: error: {error}", file=sys.stderr)
+    except Exception as error:  # a broken release: not a finding, a usage error
+        print(f"kvoffload audit: error: cannot load the vLLM release in {args.vllm!r}: "
+              f"{type(error).__name__}: {error}", file=sys.stderr)
         return 2
     generation = release.generation
     preset = profile = preset_for_generation(generation.value)
@@ -450,10 +451,18 @@ def run_release_audit(args: argparse.Namespace) -> int:
     budget = args.examples if args.examples is not None else DEFAULT_EXAMPLES
     steps = args.steps if args.steps is not None else DEFAULT_STEPS
     print(f"budget: {budget} examples x {steps} calls per target, seed {args.seed}")
+    try:
+        targets = list(release_targets(release))
+        for target in targets:  # a manager that cannot be built is not a finding
+            target.factory(1)
+    except Exception as error:
+        print(f"kvoffload audit: error: the release's managers cannot be built: "
+              f"{type(error).__name__}: {error}", file=sys.stderr)
+        return 2
     reports: list[tuple[ReleaseTarget, AuditReport]] = []
     results: list[TargetResult] = []
     fail_on = getattr(args, "fail_on", "any")
-    for target in release_targets(release):
+    for target in targets:
         progress = Progress(target.name, budget)
         report = audit(
             progress.wrap(target.factory),

@@ -71,6 +71,13 @@ def illegal(key: bytes, phase: Phase, call: Call) -> IllegalTransitionError:
     return IllegalTransitionError(key, phase, call)
 
 
+def refuse_reset_with_loads(refs: Iterable[tuple[OffloadKey, int]]) -> None:
+    """SPEC §4 reset_cache: illegal while a load is in flight."""
+    for key, ref in refs:
+        if ref > 0:
+            raise illegal(key, phase_of_ref(ref), Call.RESET)
+
+
 def event(keys: Iterable[OffloadKey], removed: bool) -> OffloadingEvent:
     return OffloadingEvent(tuple(keys), BLOCK_SIZE, MEDIUM, removed)
 

@@ -31,6 +31,7 @@ from ._common import (
     event,
     illegal,
     phase_of_ref,
+    refuse_reset_with_loads,
     store_call,
     validated,
 )
@@ -184,6 +185,7 @@ class HookedManager(OffloadingManager, abc.ABC):
                 self.policy_touch(key)
 
     def reset_cache(self) -> None:
+        refuse_reset_with_loads(self.refs.items())
         announced = self._reset_announced()
         self.refs.clear()
         self.slots.clear()

@@ -29,6 +29,7 @@ from ._common import (
     event,
     illegal,
     phase_of_ref,
+    refuse_reset_with_loads,
     store_call,
     validated,
 )
@@ -257,6 +258,7 @@ class FourListARC(OffloadingManager):
                 self._touch_one(key)
 
     def reset_cache(self) -> None:
+        refuse_reset_with_loads((k, e[1]) for k, e in self.table.items())
         readable = sorted((e[0], k) for k, e in self.table.items() if e[1] >= 0)
         self.table.clear()
         self.high_water = 0

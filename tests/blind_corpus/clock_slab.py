@@ -31,6 +31,7 @@ from ._common import (
     event,
     illegal,
     phase_of_ref,
+    refuse_reset_with_loads,
     store_call,
     validated,
 )
@@ -206,6 +207,7 @@ class ClockSlab(OffloadingManager):
                 entry[2] = 1
 
     def reset_cache(self) -> None:
+        refuse_reset_with_loads((k, st[1]) for k, st in self.state.items())
         readable = [k for k in self.slab if k is not None and self.state[k][1] >= 0]
         self.slab = [None] * self.n
         self.state.clear()

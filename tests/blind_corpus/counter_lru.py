@@ -30,6 +30,7 @@ from ._common import (
     event,
     illegal,
     phase_of_ref,
+    refuse_reset_with_loads,
     store_call,
     validated,
 )
@@ -185,6 +186,7 @@ class TimestampLRU(OffloadingManager):
                 block.tick = self._now()
 
     def reset_cache(self) -> None:
+        refuse_reset_with_loads((k, b.ref) for k, b in self.blocks.items())
         announced = sorted((b.slot, k) for k, b in self.blocks.items() if b.ref >= 0)
         self.blocks = {}
         self.next_unused = 0

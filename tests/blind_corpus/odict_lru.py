@@ -28,6 +28,7 @@ from ._common import (
     event,
     illegal,
     phase_of_ref,
+    refuse_reset_with_loads,
     store_call,
     validated,
 )
@@ -188,6 +189,7 @@ class OrderedDictLRU(OffloadingManager):
                 self.table.move_to_end(key)
 
     def reset_cache(self) -> None:
+        refuse_reset_with_loads((k, e.ref) for k, e in self.table.items())
         readable = sorted(
             ((e.slot, k) for k, e in self.table.items() if e.ref >= 0),
             key=lambda t: t[0],

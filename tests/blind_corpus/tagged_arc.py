@@ -31,6 +31,7 @@ from ._common import (
     event,
     illegal,
     phase_of_ref,
+    refuse_reset_with_loads,
     store_call,
     validated,
 )
@@ -234,6 +235,7 @@ class TaggedARC(OffloadingManager):
                 self._touch(key)
 
     def reset_cache(self) -> None:
+        refuse_reset_with_loads((k, r.ref) for k, r in self.recs.items())
         announced = sorted(
             (r.slot, k)
             for k, r in self.recs.items()

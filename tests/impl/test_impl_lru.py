@@ -179,6 +179,7 @@ def test_a_consumer_applying_events_tracks_the_readable_keys() -> None:
     manager.prepare_load([c], CTX)
     store(manager, [e, f])
     consume()
+    manager.complete_load([c], CTX)  # a reset waits for loads in flight
     manager.reset_cache()
     consume()
     assert seen == set()

@@ -118,6 +118,7 @@ def test_arc_adapts_once_per_request_when_it_stores_a_ghost_key() -> None:
 def test_a_reset_forgets_what_open_requests_used() -> None:
     state = stored(model("lru", 2), (A, B), request=0).finish_request(0)[0]
     state = state.start_request(1)[0].prepare_load([B], request=1)[0]
+    state = state.complete_load([B])[0]  # a reset waits for loads in flight
     state = state.reset_cache()[0]
     assert dict(state.requests) == {1: RequestRecord()}
     state = stored(state, (C, D), request=1)

@@ -45,7 +45,6 @@ EXPECTED: dict[tuple[Phase, Call], tuple[Phase, EventKind | None]] = {
     (loading(1), Call.PREPARE_LOAD): (loading(2), None),
     (loading(1), Call.COMPLETE_LOAD): (READY, None),
     (loading(1), Call.TOUCH): (loading(1), None),
-    (loading(1), Call.RESET): (ABSENT, EventKind.REMOVED_IF_ANNOUNCED),
     (ABSENT, Call.TOUCH): (ABSENT, None),
     (PENDING, Call.TOUCH): (PENDING, None),
     (READY, Call.TOUCH): (READY, None),
@@ -54,7 +53,6 @@ EXPECTED: dict[tuple[Phase, Call], tuple[Phase, EventKind | None]] = {
     (ABSENT, Call.RESET): (ABSENT, None),
     (PENDING, Call.RESET): (ABSENT, EventKind.REMOVED_IF_ANNOUNCED),
     (READY, Call.RESET): (ABSENT, EventKind.REMOVED_IF_ANNOUNCED),
-    (loading(2), Call.RESET): (ABSENT, EventKind.REMOVED_IF_ANNOUNCED),
 }
 
 PHASES = (ABSENT, PENDING, READY, loading(1), loading(2))

@@ -3,6 +3,7 @@ hand-worked LRU and ARC examples of docs/SPEC.md."""
 
 from __future__ import annotations
 
+import attrs
 import numpy as np
 import pytest
 
@@ -10,6 +11,7 @@ from kvoffload.spec.contract import OffloadingEvent
 from kvoffload.spec.errors import (
     ConfigurationError,
     IllegalTransitionError,
+    InvalidArgumentError,
     InvalidKeyError,
 )
 from kvoffload.spec.invariants import Invariant, Step, Violation, check_step, liveness
@@ -24,6 +26,7 @@ from kvoffload.spec.model import (
     StoreResult,
 )
 from kvoffload.spec.policies import ARCModel, LRUModel
+from kvoffload.spec.profile import DEFAULT
 from kvoffload.spec.reuse import ReuseFilterModel
 
 A, B, C, D, E = (OffloadKey(bytes([c]) * 4) for c in b"ABCDE")
@@ -156,10 +159,28 @@ def test_lookups() -> None:
 def test_reset_announces_readable_keys_in_slot_order() -> None:
     model = stored(ManagerModel.create(3, "arc", enable_events=True), B, A)
     model = model.prepare_store([C])[0].prepare_load([A])[0].take_events()[0]
+    with pytest.raises(IllegalTransitionError) as refused:  # A's load is in flight
+        model.reset_cache()
+    assert refused.value.key == A and refused.value.call is Call.RESET
+    model = model.complete_load([A])[0]
     after = model.reset_cache()[0]
     assert after.events == (OffloadingEvent((B, A), 16, "CPU", True),)
     assert after.blocks == FrozenMap() and after.policy == ARCModel(capacity=3)
     assert after.take_events()[0].consumer_view == frozenset()
+
+
+def test_a_profile_with_reset_with_loads_frees_slots_being_read() -> None:
+    profile = attrs.evolve(DEFAULT, name="reset-with-loads", reset_with_loads=True)
+    model = stored(ManagerModel.create(2, profile=profile), A).prepare_load([A])[0]
+    after = model.reset_cache()[0]
+    assert after.blocks == FrozenMap() and after.fresh == (0, 1)
+
+
+def test_complete_store_demands_a_bool_success() -> None:
+    model = ManagerModel.create(2).prepare_store([A])[0]
+    for success in ("no", None, 1, 0):
+        with pytest.raises(InvalidArgumentError):
+            model.complete_store([A], success)  # type: ignore[arg-type]
 
 
 def test_hooks_change_nothing_under_the_default_profile() -> None:

@@ -189,6 +189,9 @@ class DictLRUManager(OffloadingManager):
         return taken
 
     def reset_cache(self) -> None:
+        for key, entry in self.blocks.items():
+            if entry.ref_cnt > 0:  # a load in flight still reads its slot
+                raise IllegalTransitionError(key, self.phase(key), Call.RESET)
         readable = sorted((e.slot, k) for k, e in self.blocks.items() if e.ref_cnt >= 0)
         if readable:
             self._event([key for _, key in readable], removed=True)

@@ -305,10 +305,13 @@ class TieredIntegrityMachine(RuleBasedStateMachine):
         """A scheduler's lookup: may start promotions (and evict for them)."""
         chain = list(dict.fromkeys(self.keys[h] for h in picks))
         pinned = self.pinned()
+        already = set(self.promoting)
         found = self.manager.lookup_prefix(chain, CTX)
         self.forget_evicted(pinned)
         for key in chain:
-            if self.manager.is_promoting(key):
+            if self.manager.is_promoting(key) and key not in already:
+                # a promotion starts only for a key the tier holds (one begun
+                # earlier may outlive the tier's copy: it then fails for it)
                 self.promoting.add(key)
                 assert key in self.model.tier, f"promotion of {key!r}, not in the tier"
         if found is not None:

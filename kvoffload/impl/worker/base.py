@@ -8,12 +8,47 @@ from collections.abc import Collection
 import attrs
 
 from kvoffload.spec.contract import LoadStoreSpec
+from kvoffload.spec.errors import TransferError
 
 TransferSpec = tuple[LoadStoreSpec, LoadStoreSpec]
 """A transfer: ``(source spec, destination spec)``."""
 
 TransferType = tuple[str, str]
 """A transfer's direction: ``(source medium, destination medium)``."""
+
+
+def check_job_id(job_id: object) -> int:
+    """``job_id`` if it is an ``int`` (not a ``bool``), else :class:`TransferError`."""
+    if type(job_id) is int:
+        return job_id
+    if isinstance(job_id, bool) or not isinstance(job_id, int):
+        raise TransferError(f"a job id must be an int, got {job_id!r}")
+    return int(job_id)
+
+
+def check_transfer(job_id: object, spec: object) -> tuple[int, TransferSpec]:
+    """The arguments of ``transfer_async``, checked: ``job_id`` an ``int``,
+    ``spec`` a pair of :class:`LoadStoreSpec`. Raises :class:`TransferError`."""
+    checked = check_job_id(job_id)
+    if (
+        not isinstance(spec, tuple)
+        or len(spec) != 2
+        or not isinstance(spec[0], LoadStoreSpec)
+        or not isinstance(spec[1], LoadStoreSpec)
+    ):
+        raise TransferError(
+            f"job {checked}: a transfer spec must be a (source, destination) pair of "
+            f"LoadStoreSpec, got {spec!r}"
+        )
+    return checked, (spec[0], spec[1])
+
+
+def check_job_ids(job_ids: object) -> list[int]:
+    """The argument of ``wait``, checked: a collection of job ids (ints), not
+    a single id or a string. Raises :class:`TransferError`."""
+    if isinstance(job_ids, (str, bytes, int)) or not isinstance(job_ids, Collection):
+        raise TransferError(f"wait takes a collection of job ids, got {job_ids!r}")
+    return [check_job_id(job_id) for job_id in job_ids]
 
 
 @attrs.frozen
@@ -37,7 +72,10 @@ class OffloadingHandler(ABC):
 
     Every job accepted by :meth:`transfer_async` is reported exactly once by
     :meth:`get_finished`. A job it did not accept (it raised or returned
-    False) is never reported.
+    False) is never reported. Malformed arguments (see :func:`check_transfer`,
+    :func:`check_job_ids`), a job id still in flight and a submission after
+    :meth:`shutdown` raise :class:`~kvoffload.spec.errors.TransferError`
+    before any memory is touched.
     """
 
     @abstractmethod

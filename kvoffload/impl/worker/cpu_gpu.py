@@ -36,6 +36,8 @@ from kvoffload.impl.worker.base import (
     TransferResult,
     TransferSpec,
     TransferType,
+    check_job_ids,
+    check_transfer,
 )
 from kvoffload.impl.worker.canonical import CanonicalKVCaches
 from kvoffload.impl.worker.planning import (
@@ -146,7 +148,7 @@ class SingleDirectionOffloadingHandler(OffloadingHandler):
     # ----------------------------------------------------------- submission
 
     def transfer_async(self, job_id: int, spec: TransferSpec) -> bool:
-        src, dst = spec
+        job_id, (src, dst) = check_transfer(job_id, spec)
         rows = self._map_rows(src, dst)
         if job_id in self._job_ids:
             raise TransferError(f"job {job_id} is already in flight")
@@ -331,7 +333,7 @@ class SingleDirectionOffloadingHandler(OffloadingHandler):
         return results
 
     def wait(self, job_ids: Collection[int]) -> None:
-        wanted = set(job_ids) & self._job_ids
+        wanted = set(check_job_ids(job_ids)) & self._job_ids
         if not wanted:
             return
         last = max(pos for pos, item in enumerate(self._transfers) if item.job_id in wanted)

@@ -10,6 +10,8 @@ from kvoffload.impl.worker.base import (
     TransferResult,
     TransferSpec,
     TransferType,
+    check_job_ids,
+    check_transfer,
 )
 from kvoffload.spec.contract import LoadStoreSpec
 from kvoffload.spec.errors import ConfigurationError, TransferError
@@ -25,7 +27,17 @@ class OffloadingWorker:
     reported by :meth:`get_finished` as a failed :class:`TransferResult`, and
     :meth:`transfer_async` returns False. Likewise a handler that raises while
     reporting or waiting fails every job it still held. Each job id is
-    reported exactly once.
+    reported exactly once per submission.
+
+    A malformed call is the caller's mistake and raises
+    :class:`~kvoffload.spec.errors.TransferError` with nothing recorded,
+    reported or copied: a job id that is not an ``int``; a spec that is not
+    a ``(source, destination)`` pair of ``LoadStoreSpec``; a job id whose
+    previous submission has not been reported yet (in flight, or failed and
+    not yet taken by :meth:`get_finished`); ``wait`` given anything but a
+    collection of ``int`` job ids; any submission after :meth:`shutdown`.
+    Block ids are checked when a spec is built (``CPULoadStoreSpec``,
+    ``GPULoadStoreSpec``).
     """
 
     def __init__(self) -> None:
@@ -33,6 +45,7 @@ class OffloadingWorker:
         self._unique_handlers: list[OffloadingHandler] = []
         self._in_flight: dict[int, tuple[OffloadingHandler, TransferType]] = {}
         self._failed: list[TransferResult] = []
+        self._shut_down = False
 
     def register_handler(
         self,
@@ -60,12 +73,18 @@ class OffloadingWorker:
     def transfer_async(self, job_id: int, spec: TransferSpec) -> bool:
         """Submit job ``job_id``; True if a handler accepted it.
 
-        Raises :class:`TransferError` only if ``job_id`` is still in flight
-        (reusing it would make its result ambiguous).
+        Raises :class:`TransferError` for a malformed call (see the class
+        docstring): a job id still unreported (reusing it would make its
+        result ambiguous), after :meth:`shutdown`, or bad argument types.
         """
+        job_id, (src, dst) = check_transfer(job_id, spec)
+        if self._shut_down:
+            raise TransferError(f"job {job_id}: the worker is shut down")
         if job_id in self._in_flight:
             raise TransferError(f"job {job_id} is already in flight")
-        src, dst = spec
+        if any(result.job_id == job_id for result in self._failed):
+            raise TransferError(f"job {job_id} failed and is not yet reported")
+        spec = (src, dst)
         transfer_type = (src.medium(), dst.medium())
         handler = self._handlers.get(transfer_type)
         if handler is None:
@@ -104,7 +123,10 @@ class OffloadingWorker:
 
     def wait(self, job_ids: Collection[int]) -> None:
         """Block until the given jobs have finished (their results still come
-        from :meth:`get_finished`)."""
+        from :meth:`get_finished`). Raises :class:`TransferError` unless
+        ``job_ids`` is a collection of ``int`` job ids; unknown ids are
+        ignored."""
+        job_ids = check_job_ids(job_ids)
         by_handler: dict[int, tuple[OffloadingHandler, list[int]]] = {}
         for job_id in job_ids:
             entry = self._in_flight.get(job_id)
@@ -119,7 +141,9 @@ class OffloadingWorker:
                 self._failed.extend(self._fail_all_of(handler))
 
     def shutdown(self) -> None:
-        """Shut every handler down; jobs still in flight are dropped."""
+        """Shut every handler down; jobs still in flight are dropped. Later
+        submissions raise :class:`TransferError`."""
+        self._shut_down = True
         for handler in self._unique_handlers:
             try:
                 handler.shutdown()
