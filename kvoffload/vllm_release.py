@@ -8,7 +8,8 @@ installed one (``site-packages``) or one extracted from its wheel (only
 
 The release's own modules are imported unchanged. The handful of other vLLM
 modules they import (a logger, the ``BlockHash`` type, ``cdiv``, a metrics
-record, two enums) are replaced by small stand-ins *only when missing* from
+record, two enums, the canonical-layout name the file tier's path mapper
+imports) are replaced by small stand-ins *only when missing* from
 ``DIR``; none of them carries any of vLLM's offloading logic. vLLM's
 ``vllm/__init__.py`` is not run: the ``vllm`` and ``vllm.v1`` packages are
 set up to point at ``DIR`` without it, so an installed release does not pull
@@ -357,6 +358,9 @@ _STUBS: dict[str, Callable[[types.ModuleType], None]] = {
     "vllm.v1.core.kv_cache_utils": _stub_kv_cache_utils,
     "vllm.distributed.kv_events": _stub_kv_events,
     "vllm.distributed.kv_transfer.kv_connector.v1.offloading.metrics": _stub_metrics,
+    "vllm.distributed.kv_transfer.kv_connector.v1.offloading.canonical_mapping": (
+        _stub_canonical_mapping
+    ),
     "vllm.utils.math_utils": _stub_math_utils,
     "vllm.v1.kv_hints": _stub_kv_hints,
     "vllm.v1.metrics.cache_hit_source": _stub_cache_hit_source,

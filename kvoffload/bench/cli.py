@@ -23,6 +23,12 @@ BENCHMARKS: tuple[tuple[str, str, str], ...] = (
         "kvoffload.bench.transfer",
         "CPU<->GPU transfer throughput of the worker-side handlers",
     ),
+    (
+        "tier",
+        "kvoffload.bench.tier",
+        "store/load throughput of the file tier beside the disk's ceiling "
+        "(optionally beside vLLM's fs tier)",
+    ),
 )
 
 

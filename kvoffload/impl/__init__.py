@@ -6,11 +6,13 @@ torch lazily.
 
 from kvoffload.impl.backend import Backend, CPUBackend
 from kvoffload.impl.block import BlockStatus
+from kvoffload.impl.fs_tier import FileSystemTier, FsyncPolicy
 from kvoffload.impl.manager import (
     CPUOffloadingManager,
     LRUOffloadingManager,
     OffloadingManagerCore,
 )
+from kvoffload.impl.memtier import MemoryTier
 from kvoffload.impl.policies import (
     ARCCachePolicy,
     CachePolicy,
@@ -19,6 +21,7 @@ from kvoffload.impl.policies import (
 )
 from kvoffload.impl.reuse import FilterReusedOffloadingManager
 from kvoffload.impl.specs import BlockIDsLoadStoreSpec, CPULoadStoreSpec
+from kvoffload.impl.tiered import CascadeMode, TieredOffloadingManager
 
 __all__ = [
     "ARCCachePolicy",
@@ -29,9 +32,14 @@ __all__ = [
     "CPULoadStoreSpec",
     "CPUOffloadingManager",
     "CachePolicy",
+    "CascadeMode",
+    "FileSystemTier",
     "FilterReusedOffloadingManager",
+    "FsyncPolicy",
     "LRUCachePolicy",
     "LRUOffloadingManager",
+    "MemoryTier",
     "OffloadingManagerCore",
+    "TieredOffloadingManager",
     "make_cache_policy",
 ]

@@ -133,6 +133,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--export-trace", type=Path, default=None, metavar="PATH",
         help="write the workload as a trace file; without --capacity, only that",
     )
+    parser.add_argument(
+        "--tiers", default=None, metavar="LIST",
+        help="replay through the tiered manager: the cpu tier first, then "
+        "further tiers, name=blocks each (e.g. cpu=1024,fs=16384; further tiers "
+        "are simulated in memory); reports hit ratios per tier beside OPT and "
+        "replaces --capacity",
+    )
+    parser.add_argument(
+        "--cascade", choices=("write-through", "write-back"), default="write-through",
+        help="with --tiers: when stored blocks are cascaded (default write-through)",
+    )
+    parser.add_argument(
+        "--max-promotions", type=_positive_int, default=None, metavar="N",
+        help="with --tiers: bound on blocks being promoted at once "
+        "(default: a quarter of the cpu tier)",
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
@@ -227,6 +243,49 @@ def run_simulations(
     return results
 
 
+def _run_tiers(
+    args: argparse.Namespace, policies: Sequence[PolicySpec], trace: Trace, source: str
+) -> int:
+    from kvoffload.sim.tiers import (
+        format_tiered_table,
+        opt_rows,
+        parse_tiers,
+        simulate_tiers,
+        single_tier_row,
+    )
+
+    tiers = parse_tiers(args.tiers)
+    if args.capacity is not None:
+        raise ConfigurationError("--tiers sets the capacities; drop --capacity")
+    names = [spec.name for spec in policies if spec.name != "opt"]
+    if any(spec.reuse_threshold is not None for spec in policies):
+        raise ConfigurationError("--tiers takes lru/arc without the reuse filter")
+    key_chains = trace.key_chains()
+    rows = []
+    for name in names:
+        bar = ProgressBar(trace.num_requests, f"{name} tiered", enabled=False if args.quiet else None)
+        try:
+            rows.append(simulate_tiers(
+                trace, tiers, name, args.cascade, args.max_promotions, bar.update, key_chains
+            ))
+        finally:
+            bar.close()
+        rows.append(single_tier_row(trace, tiers, name, key_chains))
+    rows.extend(opt_rows(trace, tiers))
+    if args.format == "json":
+        json.dump([row.as_dict() for row in rows], sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    else:
+        header = (
+            f"workload {source}: {trace.num_requests} requests, "
+            f"{trace.num_block_refs} block references, {trace.num_blocks} distinct blocks; "
+            f"tiers {args.tiers}"
+        )
+        print(header)
+        print(format_tiered_table(tiers, rows))
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         if args.plot is not None and importlib.util.find_spec("matplotlib") is None:
@@ -235,6 +294,8 @@ def run(args: argparse.Namespace) -> int:
             )
         policies = parse_policies(args.policy, args.reuse_threshold, args.tracker_size)
         trace, source = _load(args)
+        if args.tiers is not None:
+            return _run_tiers(args, policies, trace, source)
         if args.capacity is None:
             if args.export_trace is None:
                 raise ConfigurationError("--capacity is required (or --export-trace alone)")

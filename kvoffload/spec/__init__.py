@@ -19,6 +19,7 @@ from kvoffload.spec.errors import (
     IllegalTransitionError,
     InvalidKeyError,
     OffloadingError,
+    TierClosedError,
     TransferError,
 )
 from kvoffload.spec.keys import (
@@ -58,6 +59,7 @@ __all__ = [
     "SpecViolation",
     "Step",
     "StoreResult",
+    "TierClosedError",
     "TransferError",
     "Violation",
     "check_state",

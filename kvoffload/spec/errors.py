@@ -29,6 +29,10 @@ class InvalidKeyError(OffloadingError, ValueError):
         self.reason = reason
 
 
+class TierClosedError(OffloadingError):
+    """A job was submitted to a secondary tier after its ``shutdown``."""
+
+
 class IllegalTransitionError(OffloadingError):
     """A call is not legal for the phase a key is in (see the lifecycle table).
 

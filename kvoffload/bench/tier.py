@@ -1,0 +1,582 @@
+"""``python -m kvoffload bench tier``: throughput of the file tier
+(:class:`~kvoffload.FileSystemTier`) beside the disk's own ceiling and, with
+``--vllm-path DIR``, beside vLLM 0.33's ``fs`` tier on the same jobs.
+
+For each chunk size the same bytes (random, ``--total`` of them, in a
+page-aligned primary buffer) move four ways; every figure is the median of
+``--repeats`` runs, in GB/s (10**9 bytes per second):
+
+- ``store``: the ceiling writes the bytes to one file sequentially and
+  ``fsync`` s it. Each tier, with its default options, runs store jobs of
+  ``--job-chunks`` chunks, timed from the first ``submit_store`` to the end
+  of ``drain_jobs`` plus a ``syncfs`` of the directory's file system, so the
+  clock stops when the bytes are on the disk for every contender.
+- ``load``: the files' pages are dropped from the page cache first
+  (``posix_fadvise(DONTNEED)`` once they are on the disk); the ceiling reads
+  its file sequentially, each tier runs load jobs into the primary buffer.
+- ``store, fsync per chunk``: kvoffload's tier with ``fsync="chunk"``
+  (each chunk on the disk before it becomes readable); no ``syncfs``.
+- ``load, page cache``: the reads again with the pages cached, kvoffload's
+  tier with ``direct_io=False`` (by default it bypasses the page cache).
+
+Both tiers use ``O_DIRECT`` by default where the file system allows it.
+vLLM's tier has no fsync option and no buffered mode where ``O_DIRECT``
+works, so it has no figure in the last two rows then. Each load is checked
+against the stored bytes (outside the timing). ``submit µs`` is the time a
+``submit_store``/``submit_load`` call takes on the caller's thread (median
+and maximum over every job of the chunk size's runs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import mmap
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import types
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+import numpy as np
+import numpy.typing as npt
+
+from kvoffload.impl.fs_tier import FileSystemTier
+from kvoffload.spec.keys import OffloadKey, make_offload_key
+from kvoffload.spec.tier_contract import TierJob
+
+DEFAULT_SIZES = ("64K", "256K", "1M", "4M")
+_UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+
+STORE = "store"
+LOAD = "load"
+STORE_FSYNC = "store, fsync per chunk"
+LOAD_CACHED = "load, page cache"
+OPERATIONS = (STORE, LOAD, STORE_FSYNC, LOAD_CACHED)
+
+
+def parse_size(text: str) -> int:
+    """``"256K"`` -> 262144; plain integers are bytes."""
+    text = text.strip().upper().removesuffix("B").removesuffix("I")
+    if text and text[-1] in _UNITS:
+        return int(float(text[:-1]) * _UNITS[text[-1]])
+    return int(text)
+
+
+def format_size(num_bytes: int) -> str:
+    for unit in ("G", "M", "K"):
+        if num_bytes % _UNITS[unit] == 0:
+            return f"{num_bytes // _UNITS[unit]} {unit}iB"
+    return f"{num_bytes} B"
+
+
+@attrs.frozen
+class TierFigure:
+    """One chunk size and operation; throughputs in GB/s, times in µs."""
+
+    chunk_bytes: int
+    operation: str
+    num_chunks: int
+    ceiling_gbps: float
+    tier_gbps: float
+    vllm_gbps: float | None
+    submit_us_median: float | None
+    submit_us_max: float | None
+    vllm_submit_us_median: float | None
+
+    @property
+    def of_ceiling(self) -> float:
+        return self.tier_gbps / self.ceiling_gbps
+
+    @property
+    def over_vllm(self) -> float | None:
+        return None if not self.vllm_gbps else self.tier_gbps / self.vllm_gbps
+
+
+Primary = npt.NDArray[np.uint8]
+
+
+def _aligned_primary(num_chunks: int, chunk_bytes: int) -> tuple[mmap.mmap, Primary]:
+    """A page-aligned (``O_DIRECT``-able) zeroed buffer of ``num_chunks`` rows."""
+    region = mmap.mmap(-1, num_chunks * chunk_bytes)
+    array: Primary = np.frombuffer(region, dtype=np.uint8).reshape(num_chunks, chunk_bytes)
+    return region, array
+
+
+def _drop_cache(paths: Iterator[Path], flush: bool = False) -> None:
+    """Ask the kernel to forget the cached pages of ``paths`` (``flush``:
+    write them out first, so they are clean and can be dropped)."""
+    for path in paths:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            if flush:
+                os.fsync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+def _files(directory: Path) -> Iterator[Path]:
+    return (path for path in directory.rglob("*") if path.is_file())
+
+
+def syncfs(directory: Path) -> None:
+    """Flush the file system holding ``directory`` (``syncfs(2)``; ``sync``
+    where the C library has no ``syncfs``)."""
+    function = getattr(ctypes.CDLL(None, use_errno=True), "syncfs", None)
+    if function is None:
+        os.sync()
+        return
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        if function(fd) != 0:
+            os.sync()
+    finally:
+        os.close(fd)
+
+
+# --- the ceiling ----------------------------------------------------------------
+
+
+def _ceiling(primary: Primary, directory: Path) -> dict[str, float]:
+    """Seconds for each operation on one plain file of the same bytes."""
+    path = directory / "ceiling.bin"
+    rows = [memoryview(row) for row in primary]
+    expected = primary.copy()
+    syncfs(directory)
+    start = time.perf_counter()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        for row in rows:
+            os.write(fd, row)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    written = time.perf_counter() - start
+    _drop_cache(iter([path]))
+    primary[:] = 0
+
+    def read() -> float:
+        start = time.perf_counter()
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            for row in rows:
+                os.readv(fd, [row])
+        finally:
+            os.close(fd)
+        return time.perf_counter() - start
+
+    seconds = {STORE: written, STORE_FSYNC: written, LOAD: read(), LOAD_CACHED: read()}
+    if not np.array_equal(primary, expected):
+        raise RuntimeError("the ceiling read back other bytes")
+    path.unlink()
+    return seconds
+
+
+# --- kvoffload's tier ------------------------------------------------------------
+
+
+def _jobs(
+    keys: Sequence[OffloadKey], job_chunks: int, promotion: bool, first_id: int
+) -> list[TierJob]:
+    jobs = []
+    for index, start in enumerate(range(0, len(keys), job_chunks)):
+        ids = tuple(range(start, min(start + job_chunks, len(keys))))
+        jobs.append(TierJob(first_id + index, tuple(keys[i] for i in ids), ids, promotion))
+    return jobs
+
+
+def _run_jobs(
+    submit: Callable[[Any], None],
+    drain: Callable[[], None],
+    finished: Callable[[], Sequence[Any]],
+    jobs: Sequence[Any],
+    sync: Path | None = None,
+) -> tuple[float, list[float]]:
+    """Seconds from the first submit to the end of the drain (and of a
+    ``syncfs`` of ``sync``), and each submit's seconds; raises if a job
+    failed."""
+    submit_seconds = []
+    if sync is not None:
+        syncfs(sync)
+    start = time.perf_counter()
+    for job in jobs:
+        before = time.perf_counter()
+        submit(job)
+        submit_seconds.append(time.perf_counter() - before)
+    drain()
+    if sync is not None:
+        syncfs(sync)
+    elapsed = time.perf_counter() - start
+    results = list(finished())
+    failed = [r.job_id for r in results if not r.success]
+    if len(results) != len(jobs) or failed:
+        raise RuntimeError(f"{len(failed)} of {len(jobs)} jobs failed ({len(results)} reported)")
+    return elapsed, submit_seconds
+
+
+def _kvoffload(
+    primary: Primary,
+    directory: Path,
+    keys: Sequence[OffloadKey],
+    job_chunks: int,
+    threads: int,
+    checksum: bool = True,
+) -> tuple[dict[str, float], list[float], bool]:
+    """Seconds per operation, submit seconds, and whether the default tier
+    used ``O_DIRECT``."""
+    view = primary.data
+    expected = primary.copy()
+    seconds: dict[str, float] = {}
+    submits: list[float] = []
+    direct = False
+    cases: tuple[tuple[str, str, dict[str, Any]], ...] = (
+        (STORE, LOAD, {}),
+        (STORE_FSYNC, "", {"fsync": "chunk"}),
+        ("", LOAD_CACHED, {"direct_io": False}),
+    )
+    for store_operation, load_operation, options in cases:
+        where = directory / "kvoffload"
+        tier = FileSystemTier(
+            where, len(keys), view, num_threads=threads, checksum=checksum, **options
+        )
+        try:
+            if not options:
+                direct = tier.direct_io
+            store_jobs = _jobs(keys, job_chunks, promotion=False, first_id=0)
+            elapsed, times = _run_jobs(
+                tier.submit_store, tier.drain_jobs, tier.get_finished_jobs, store_jobs,
+                sync=None if options else directory,
+            )
+            submits += times
+            if store_operation:
+                seconds[store_operation] = elapsed
+            if load_operation:
+                if load_operation == LOAD:
+                    syncfs(directory)
+                    _drop_cache(_files(where / "chunks"))
+                else:  # read once to cache the pages
+                    _run_jobs(
+                        tier.submit_load, tier.drain_jobs, tier.get_finished_jobs,
+                        _jobs(keys, job_chunks, promotion=True, first_id=len(keys)),
+                    )
+                primary[:] = 0
+                load_jobs = _jobs(keys, job_chunks, promotion=True, first_id=len(keys))
+                seconds[load_operation], times = _run_jobs(
+                    tier.submit_load, tier.drain_jobs, tier.get_finished_jobs, load_jobs
+                )
+                submits += times
+                if not np.array_equal(primary, expected):
+                    raise RuntimeError("kvoffload's tier loaded other bytes")
+        finally:
+            tier.shutdown()
+            shutil.rmtree(where, ignore_errors=True)
+    return seconds, submits, direct
+
+
+# --- vLLM's tier -------------------------------------------------------------------
+
+
+def _vllm_spec() -> Any:
+    """The fields of an ``OffloadingSpec`` vLLM's file tier reads (its path
+    mapper's run config), as a plain namespace."""
+    ns = types.SimpleNamespace
+    config = ns(
+        groups=[],
+        model=ns(name="kvoffload-bench", dtype="uint8"),
+        cache=ns(tokens_per_hash=16),
+        parallel=ns(
+            tp_size=1, pp_size=1, pcp_size=1, dcp_size=1, rank=0,
+            is_parallelism_agnostic=True,
+        ),
+        canonical_layout=False,
+        replicated_layout=False,
+        kv_cache_layout=None,
+    )
+    return ns(
+        config=config,
+        blocks_per_chunk=1,
+        kv_events_config=ns(enable_kv_cache_events=False),
+    )
+
+
+class VllmFsTier:
+    """vLLM 0.33's ``FileSystemTierManager`` from a loaded release."""
+
+    def __init__(self, release_dir: Path) -> None:
+        import importlib
+
+        from kvoffload.vllm_release import load_release
+
+        self.release = load_release(release_dir)
+        self.manager_module = importlib.import_module("vllm.v1.kv_offload.tiering.fs.manager")
+        self.base = importlib.import_module("vllm.v1.kv_offload.tiering.base")
+
+    def describe(self) -> str:
+        return f"vLLM {self.release.version} fs tier (FileSystemTierManager)"
+
+    def new(self, primary: Primary, directory: Path, threads: int | None) -> Any:
+        kwargs: dict[str, Any] = {}
+        if threads is not None:
+            kwargs = {"n_read_threads": threads, "n_write_threads": threads}
+        return self.manager_module.FileSystemTierManager(
+            _vllm_spec(), primary.data, "fs", root_dir=str(directory), **kwargs
+        )
+
+    def jobs(self, keys: Sequence[OffloadKey], job_chunks: int, promotion: bool) -> list[Any]:
+        context = self.release.base.ReqContext(req_id="bench")
+        return [
+            self.base.TransferJob(
+                job_id=job.job_id,
+                keys=list(job.keys),
+                chunk_ids=np.array(job.chunk_ids, dtype=np.int64),
+                is_promotion=promotion,
+                req_context=context,
+            )
+            for job in _jobs(keys, job_chunks, promotion, first_id=0)
+        ]
+
+
+def _vllm(
+    contender: VllmFsTier,
+    primary: Primary,
+    directory: Path,
+    keys: Sequence[OffloadKey],
+    job_chunks: int,
+    threads: int | None,
+) -> tuple[dict[str, float], list[float], bool]:
+    expected = primary.copy()
+    where = directory / "vllm"
+    tier = contender.new(primary, where, threads)
+    direct = bool(tier._use_o_direct)
+    seconds: dict[str, float] = {}
+    try:
+        seconds[STORE], submits = _run_jobs(
+            tier.submit_store, tier.drain_jobs, tier.get_finished_jobs,
+            contender.jobs(keys, job_chunks, promotion=False), sync=directory,
+        )
+        if not direct:
+            _drop_cache(p for p in _files(where) if p.suffix == ".bin")
+        reads = (LOAD,) if direct else (LOAD, LOAD_CACHED)
+        for operation in reads:
+            primary[:] = 0
+            seconds[operation], times = _run_jobs(
+                tier.submit_load, tier.drain_jobs, tier.get_finished_jobs,
+                contender.jobs(keys, job_chunks, promotion=True),
+            )
+            submits += times
+            if not np.array_equal(primary, expected):
+                raise RuntimeError("vLLM's tier loaded other bytes")
+    finally:
+        tier.shutdown()
+        shutil.rmtree(where, ignore_errors=True)
+    return seconds, submits, direct
+
+
+# --- the run ------------------------------------------------------------------------
+
+
+@attrs.frozen
+class Run:
+    """Figures of one run and how the tiers did their I/O."""
+
+    figures: list[TierFigure]
+    kvoffload_direct: bool
+    vllm_direct: bool | None
+
+
+def measure(
+    chunk_sizes: Sequence[int],
+    *,
+    total_bytes: int,
+    directory: Path,
+    repeats: int = 3,
+    job_chunks: int = 8,
+    threads: int = 4,
+    vllm: VllmFsTier | None = None,
+    vllm_threads: int | None = None,
+    seed: int = 0,
+    checksum: bool = True,
+) -> Run:
+    """Every chunk size and operation."""
+    rng = np.random.default_rng(seed)
+    figures: list[TierFigure] = []
+    vllm_direct: bool | None = None
+    direct = False
+    for chunk_bytes in chunk_sizes:
+        count = max(16, total_bytes // chunk_bytes)
+        region, primary = _aligned_primary(count, chunk_bytes)
+        try:
+            ceiling: dict[str, list[float]] = {op: [] for op in OPERATIONS}
+            ours: dict[str, list[float]] = {op: [] for op in OPERATIONS}
+            theirs: dict[str, list[float]] = {op: [] for op in OPERATIONS}
+            our_submits: list[float] = []
+            their_submits: list[float] = []
+            for _ in range(repeats):
+                primary[:] = np.frombuffer(rng.bytes(count * chunk_bytes), np.uint8).reshape(
+                    count, chunk_bytes
+                )
+                keys = [make_offload_key(rng.bytes(32), 0) for _ in range(count)]
+                for op, value in _ceiling(primary, directory).items():
+                    ceiling[op].append(value)
+                seconds, submits, direct = _kvoffload(
+                    primary, directory, keys, job_chunks, threads, checksum
+                )
+                for op, value in seconds.items():
+                    ours[op].append(value)
+                our_submits += submits
+                if vllm is not None:
+                    seconds, submits, vllm_direct = _vllm(
+                        vllm, primary, directory, keys, job_chunks, vllm_threads
+                    )
+                    for op, value in seconds.items():
+                        theirs[op].append(value)
+                    their_submits += submits
+            moved = count * chunk_bytes
+            for op in OPERATIONS:
+                figures.append(
+                    TierFigure(
+                        chunk_bytes=chunk_bytes,
+                        operation=op,
+                        num_chunks=count,
+                        ceiling_gbps=moved / statistics.median(ceiling[op]) / 1e9,
+                        tier_gbps=moved / statistics.median(ours[op]) / 1e9,
+                        vllm_gbps=(
+                            moved / statistics.median(theirs[op]) / 1e9 if theirs[op] else None
+                        ),
+                        submit_us_median=statistics.median(our_submits) * 1e6,
+                        submit_us_max=max(our_submits) * 1e6,
+                        vllm_submit_us_median=(
+                            statistics.median(their_submits) * 1e6 if their_submits else None
+                        ),
+                    )
+                )
+        finally:
+            del primary, region  # unmapped once the tiers' views are gone
+    return Run(figures, direct, vllm_direct)
+
+
+def render(figures: Sequence[TierFigure], conditions: str) -> str:
+    with_vllm = any(fig.vllm_submit_us_median is not None for fig in figures)
+    header = "| chunk | operation | chunks | disk ceiling GB/s | kvoffload GB/s | % of ceiling |"
+    rule = "| --- | --- | ---: | ---: | ---: | ---: |"
+    if with_vllm:
+        header += " vLLM fs GB/s | kvoffload / vLLM |"
+        rule += " ---: | ---: |"
+    header += " submit µs, median / max |"
+    rule += " ---: |"
+    if with_vllm:
+        header += " vLLM submit µs, median |"
+        rule += " ---: |"
+    lines = [conditions, "", header, rule]
+    for fig in figures:
+        line = (
+            f"| {format_size(fig.chunk_bytes)} | {fig.operation} | {fig.num_chunks} | "
+            f"{fig.ceiling_gbps:.2f} | {fig.tier_gbps:.2f} | {100 * fig.of_ceiling:.0f}% |"
+        )
+        if with_vllm:
+            ratio = fig.over_vllm
+            line += (
+                f" {fig.vllm_gbps:.2f} | {ratio:.2f} |"
+                if fig.vllm_gbps is not None and ratio is not None
+                else " — | — |"
+            )
+        line += f" {fig.submit_us_median:.1f} / {fig.submit_us_max:.0f} |"
+        if with_vllm:
+            line += f" {fig.vllm_submit_us_median:.1f} |"
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--sizes", default=",".join(DEFAULT_SIZES),
+        help="comma-separated chunk sizes (default: %(default)s)",
+    )
+    parser.add_argument("--total", default="128M",
+                        help="bytes moved per case (default: %(default)s)")
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="runs per case; the median is kept (default: %(default)s)")
+    parser.add_argument("--job-chunks", type=int, default=8,
+                        help="chunks per store/load job (default: %(default)s)")
+    parser.add_argument("--threads", type=int, default=4,
+                        help="kvoffload tier's pool threads (default: %(default)s)")
+    parser.add_argument("--dir", type=Path, default=None,
+                        help="directory to write in (default: a new temporary directory, "
+                        "removed afterwards)")
+    parser.add_argument("--vllm-path", type=Path, default=None, metavar="DIR",
+                        help="a vLLM 0.33 release (scripts/fetch_vllm.py): also run its fs tier")
+    parser.add_argument("--vllm-threads", type=int, default=None,
+                        help="vLLM tier's read and write threads each (default: vLLM's, 16)")
+    parser.add_argument("--no-checksum", action="store_true",
+                        help="run kvoffload's tier with checksum=False")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", default=None, metavar="PATH",
+                        help="also write the figures as JSON to PATH")
+
+
+def _positive(name: str, value: int) -> int:
+    if value <= 0:
+        raise SystemExit(f"bench tier: {name} must be > 0, got {value}")
+    return value
+
+
+def run(args: argparse.Namespace) -> int:
+    sizes = [parse_size(item) for item in args.sizes.split(",") if item.strip()]
+    for size in sizes:
+        _positive("--sizes", size)
+    total = _positive("--total", parse_size(args.total))
+    repeats = _positive("--repeats", args.repeats)
+    job_chunks = _positive("--job-chunks", args.job_chunks)
+    threads = _positive("--threads", args.threads)
+    vllm = None
+    if args.vllm_path is not None:
+        from kvoffload.vllm_release import VllmReleaseError
+
+        try:
+            vllm = VllmFsTier(args.vllm_path)
+        except (VllmReleaseError, ImportError) as error:
+            print(f"bench tier: cannot load vLLM's fs tier: {error}", file=sys.stderr)
+            return 2
+    owned = args.dir is None
+    directory = Path(tempfile.mkdtemp(prefix="kvoffload-bench-tier-")) if owned else args.dir
+    directory.mkdir(parents=True, exist_ok=True)
+    try:
+        result = measure(
+            sizes, total_bytes=total, directory=directory, repeats=repeats,
+            job_chunks=job_chunks, threads=threads, vllm=vllm,
+            vllm_threads=args.vllm_threads, seed=args.seed, checksum=not args.no_checksum,
+        )
+    finally:
+        if owned:
+            shutil.rmtree(directory, ignore_errors=True)
+    figures = result.figures
+    load = os.getloadavg()
+    conditions = (
+        f"directory: {directory} ({'temporary' if owned else 'given'}); "
+        f"{os.cpu_count()} CPUs, load average {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f}; "
+        f"{format_size(total)} per case, median of {repeats}; {job_chunks} chunks per job; "
+        f"kvoffload: {threads} threads, "
+        + ("O_DIRECT" if result.kvoffload_direct else "buffered (no O_DIRECT here)")
+        + (", no checksum" if args.no_checksum else ", CRC-32 checked")
+    )
+    if vllm is not None:
+        conditions += (
+            f"; {vllm.describe()}: {args.vllm_threads or 16}+{args.vllm_threads or 16} threads, "
+            + ("O_DIRECT" if result.vllm_direct else "buffered (no O_DIRECT here)")
+        )
+    print(render(figures, conditions))
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as handle:
+            json.dump(
+                {"conditions": conditions, "figures": [attrs.asdict(f) for f in figures]},
+                handle, indent=2,
+            )
+    return 0

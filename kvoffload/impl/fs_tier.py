@@ -1,0 +1,898 @@
+"""A secondary tier on a local file system: :class:`FileSystemTier`.
+
+It speaks the secondary-tier contract (:mod:`kvoffload.spec.tier_contract`,
+vLLM 0.33's ``SecondaryTierManager`` shape). One chunk, one file::
+
+    DIRECTORY/
+      kvoffload-tier.json   manifest: format version, chunk size in bytes
+      .lock                 held (flock) while a tier has the directory open
+      chunks/<hh>/<key hex>.<serial hex>.<crc hex>.kvc   a complete chunk
+      chunks/<hh>/<key hex>.<serial hex>.tmp             a chunk being written
+
+``<hh>`` is the first two hex digits of the key (256 shards). A chunk file
+holds exactly the chunk's bytes; its name carries the CRC-32 of those bytes
+(``n`` when checksums are off). It is written under its ``.tmp`` name and
+renamed to ``.kvc`` when complete, so a crash mid-write leaves only a temp
+file (removed when the directory is opened again), never a readable torn
+chunk. A load reads the file straight into the primary slot and checks its
+length and (by default) its checksum: a truncated or corrupt file is a failed
+load, never wrong bytes, and the file is dropped.
+
+The serial in the name (one counter per directory, never reused) makes every
+store of a key a distinct file: removing an evicted chunk can never race with
+a later store of the same key, and when a crash left two files for one key
+the newest wins on reopen.
+
+Scheduler-side calls run on the caller's thread and only queue work; copies,
+checksums and file I/O run on a small pool of threads, with ``O_DIRECT``
+where the file system, the chunk size and the primary buffer's alignment
+allow it. One lock guards the index, the queues and the results: callers
+never enter concurrently, but completions arrive from pool threads.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import enum
+import fcntl
+import json
+import logging
+import mmap
+import os
+import threading
+import zlib
+from collections import deque
+from collections.abc import Collection, Iterable
+from pathlib import Path
+
+from kvoffload.impl.backend import require_positive_int
+from kvoffload.impl.block import BlockStatus
+from kvoffload.impl.policies import CachePolicy, make_cache_policy
+from kvoffload.spec.contract import (
+    LookupResult,
+    OffloadingEvent,
+    ReqContext,
+    RequestOffloadingContext,
+)
+from kvoffload.spec.errors import (
+    ConfigurationError,
+    InvalidKeyError,
+    TierClosedError,
+    TransferError,
+)
+from kvoffload.spec.keys import OffloadKey, validate_offload_key, validate_offload_keys
+from kvoffload.spec.tier_contract import JobId, TierJobLike, TierJobResult
+
+__all__ = [
+    "CHUNK_SUFFIX",
+    "MANIFEST_NAME",
+    "MAX_KEY_BYTES",
+    "TEMP_SUFFIX",
+    "NO_CHECKSUM",
+    "FileSystemTier",
+    "FsyncPolicy",
+]
+
+logger = logging.getLogger(__name__)
+
+MANIFEST_NAME = "kvoffload-tier.json"
+"""The manifest at the top of a tier's directory."""
+LOCK_NAME = ".lock"
+CHUNK_DIR = "chunks"
+CHUNK_SUFFIX = ".kvc"
+"""A complete chunk file."""
+TEMP_SUFFIX = ".tmp"
+"""A chunk file being written (never read; removed on reopen)."""
+FORMAT_VERSION = 1
+MAX_KEY_BYTES = 100
+"""The longest key a tier stores (its hex name must fit a file name)."""
+
+NO_CHECKSUM = "n"
+"""The checksum field of a chunk written without one."""
+DIRECT_ALIGNMENT = 4096
+"""Alignment ``O_DIRECT`` needs of buffers, sizes and offsets (bytes)."""
+_O_DIRECT: int = getattr(os, "O_DIRECT", 0)
+
+
+class FsyncPolicy(enum.Enum):
+    """When a store forces its bytes to the disk.
+
+    ``NONE`` (the default): never. A process that dies mid-write leaves no
+    readable chunk (the rename is atomic); after a power loss a chunk whose
+    bytes had not reached the disk fails its length or checksum check on
+    load. ``CHUNK``: ``fsync`` each chunk file before its rename, so a chunk
+    that became readable keeps its bytes through a power loss. ``FULL``: also
+    ``fsync`` the chunk's directory after the rename, so its name survives
+    too.
+    """
+
+    NONE = "none"
+    CHUNK = "chunk"
+    FULL = "full"
+
+
+# --- file I/O (module functions, so tests can make one fail) -------------------
+
+
+def _advance(buffers: list[memoryview], done: int) -> list[memoryview]:
+    """``buffers`` with their first ``done`` bytes dropped."""
+    rest: list[memoryview] = []
+    for buffer in buffers:
+        if done >= len(buffer):
+            done -= len(buffer)
+            continue
+        rest.append(buffer[done:] if done else buffer)
+        done = 0
+    return rest
+
+
+def _write_chunk(
+    temp_path: str, final_path: str, payload: memoryview, fsync: FsyncPolicy, direct: bool
+) -> None:
+    """Write ``payload`` to ``temp_path`` and rename it to ``final_path``;
+    raises OSError (and leaves no temp file) on failure."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | (_O_DIRECT if direct else 0)
+    fd = os.open(temp_path, flags, 0o644)
+    try:
+        try:
+            remaining = [payload]
+            while remaining:
+                written = os.writev(fd, remaining)
+                if written <= 0:
+                    raise OSError(f"short write to {temp_path}")
+                remaining = _advance(remaining, written)
+            if fsync is not FsyncPolicy.NONE:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.rename(temp_path, final_path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temp_path)
+        raise
+    if fsync is FsyncPolicy.FULL:
+        dir_fd = os.open(os.path.dirname(final_path), os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+
+
+def _read_chunk(path: str, payload: memoryview, direct: bool) -> int:
+    """Read ``path`` into ``payload`` when it holds exactly ``len(payload)``
+    bytes; returns the file's size (the caller checks it)."""
+    fd = os.open(path, os.O_RDONLY | (_O_DIRECT if direct else 0))
+    try:
+        size = os.fstat(fd).st_size
+        if size != len(payload):
+            return size
+        got, remaining = 0, [payload]
+        while remaining:
+            count = os.readv(fd, remaining)
+            if count == 0:
+                break
+            got += count
+            remaining = _advance(remaining, count)
+        return got
+    finally:
+        os.close(fd)
+
+
+def _probe_direct_io(directory: Path) -> bool:
+    """Whether ``O_DIRECT`` writes and reads work in ``directory``."""
+    if not _O_DIRECT:
+        return False
+    path = directory / f".direct-probe-{os.getpid()}-{threading.get_ident()}"
+    page = mmap.mmap(-1, DIRECT_ALIGNMENT)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | _O_DIRECT, 0o644)
+        try:
+            os.write(fd, page)
+            os.lseek(fd, 0, os.SEEK_SET)
+            os.readv(fd, [page])
+        finally:
+            os.close(fd)
+        return True
+    except OSError:
+        return False
+    finally:
+        page.close()
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+
+
+def _address(view: memoryview) -> int:
+    """The address of a writable buffer's first byte."""
+    return ctypes.addressof(ctypes.c_char.from_buffer(view))
+
+
+def _remove(path: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+
+
+# --- jobs ----------------------------------------------------------------------
+
+
+class _Item:
+    """One key of a job the pool copies."""
+
+    __slots__ = ("block", "checksum", "chunk_id", "key", "path", "serial")
+
+    def __init__(
+        self,
+        key: OffloadKey,
+        chunk_id: int,
+        block: BlockStatus,
+        serial: int = -1,
+        path: str = "",
+        checksum: int | None = None,
+    ) -> None:
+        self.key = key
+        self.chunk_id = chunk_id
+        self.block = block
+        self.serial = serial  # a store: the serial of the file it writes
+        self.path = path  # a load: the file it reads ...
+        self.checksum = checksum  # ... and the checksum it must have
+
+
+class _Job:
+    """A submitted job until its result is queued."""
+
+    __slots__ = (
+        "doomed",
+        "items",
+        "job_id",
+        "keys",
+        "next_item",
+        "ok",
+        "pending",
+        "promotion",
+    )
+
+    def __init__(self, job_id: JobId, keys: list[OffloadKey], promotion: bool) -> None:
+        self.job_id = job_id
+        self.keys = keys
+        self.promotion = promotion
+        self.items: list[_Item] = []
+        self.next_item = 0
+        # items not yet copied plus keys waiting on another job's store
+        self.pending = 0
+        self.ok: set[OffloadKey] = set()
+        # files of keys this job evicted, removed before it writes
+        self.doomed: list[str] = []
+
+
+class FileSystemTier:
+    """A secondary tier keeping chunks as files under ``directory``.
+
+    ``capacity_blocks`` bounds the chunks kept; ``primary_kv_view`` is the
+    primary tier's memory, a writable C-contiguous 2-D memoryview with one
+    row per primary slot (``strides[0]`` is the chunk size in bytes).
+
+    Options:
+
+    - ``cache_policy``: a registered replacement policy (``"lru"``,
+      ``"arc"``) choosing which stored chunks a store evicts. Chunks being
+      stored or loaded are never evicted.
+    - ``num_threads`` (4): pool threads doing the copies and file I/O.
+    - ``fsync`` (``"none"``): see :class:`FsyncPolicy`.
+    - ``checksum`` (True): record a CRC-32 of each chunk (in its file
+      name) and verify it on load. Without it a load checks the length only.
+    - ``direct_io`` (True): read and write with ``O_DIRECT`` (bypassing the
+      page cache) where the file system supports it, the chunk size is a
+      multiple of 4096 and the primary view is 4096-aligned; buffered I/O
+      otherwise. :attr:`direct_io` says which is used.
+    - ``enable_events`` (False): queue :class:`OffloadingEvent` s for
+      ``take_events``; ``medium`` (``"DISK"``) and ``block_size`` (0) are
+      what they carry.
+
+    Opening a directory that holds a tier finds every chunk it had
+    completed (the newest ones first when ``capacity_blocks`` shrank; the
+    rest are removed) and removes temp files left by a crash. A directory is
+    tied to one chunk size: opening it with another raises
+    :class:`ConfigurationError`, as does opening a directory another tier
+    holds open. Raises :class:`ConfigurationError` for a malformed view or
+    option.
+    """
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        capacity_blocks: int,
+        primary_kv_view: memoryview,
+        *,
+        cache_policy: str = "lru",
+        num_threads: int = 4,
+        fsync: str | FsyncPolicy = FsyncPolicy.NONE,
+        checksum: bool = True,
+        direct_io: bool = True,
+        enable_events: bool = False,
+        medium: str = "DISK",
+        block_size: int = 0,
+    ) -> None:
+        self.capacity_blocks = require_positive_int("capacity_blocks", capacity_blocks)
+        self._num_threads = require_positive_int("num_threads", num_threads)
+        self._flat, self.chunk_bytes, self.num_primary_slots = _check_view(primary_kv_view)
+        self._fsync = _fsync_policy(fsync)
+        for name, flag in (
+            ("checksum", checksum), ("direct_io", direct_io), ("enable_events", enable_events)
+        ):
+            if not isinstance(flag, bool):
+                raise ConfigurationError(f"{name} must be a bool, got {flag!r}")
+        if not isinstance(medium, str) or not medium:
+            raise ConfigurationError(f"medium must be a non-empty str, got {medium!r}")
+        if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 0:
+            raise ConfigurationError(f"block_size must be an int >= 0, got {block_size!r}")
+        self._checksum = checksum
+        self._events_on = enable_events
+        self.medium = medium
+        self._event_block_size = block_size
+        self._policy: CachePolicy = make_cache_policy(cache_policy, self.capacity_blocks)
+        self._blocks = self._policy.blocks
+        self.directory = Path(directory)
+        self._chunk_root = self.directory / CHUNK_DIR
+
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        # readable keys: their file and the checksum it must have
+        self._file_of: dict[OffloadKey, tuple[str, int | None]] = {}
+        self._free_slots: list[int] = list(range(self.capacity_blocks - 1, -1, -1))
+        self._waiters: dict[OffloadKey, list[_Job]] = {}
+        self._job_ids: set[JobId] = set()  # submitted, result not yet taken
+        self._in_flight = 0
+        self._load_queue: deque[_Job] = deque()
+        self._store_queue: deque[_Job] = deque()
+        self._results: list[TierJobResult] = []
+        self._events: list[OffloadingEvent] = []
+        self._closed = False
+        self._stopping = False
+
+        self._lock_fd = self._open_directory()
+        try:
+            self.direct_io: bool = (
+                direct_io
+                and self.chunk_bytes % DIRECT_ALIGNMENT == 0
+                and _address(self._flat) % DIRECT_ALIGNMENT == 0
+                and _probe_direct_io(self._chunk_root)
+            )
+            self._next_serial = self._rebuild_index()
+        except BaseException:
+            os.close(self._lock_fd)
+            raise
+        self._threads = [
+            threading.Thread(
+                target=self._worker,
+                args=(index % 2 == 0,),
+                name=f"kvoffload-fs-tier-{index}",
+                daemon=True,
+            )
+            for index in range(self._num_threads)
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    # --- opening ---------------------------------------------------------------
+
+    def _open_directory(self) -> int:
+        """Create or check the directory and its manifest; take its lock."""
+        directory = self.directory
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise ConfigurationError(
+                f"cannot create tier directory {directory}: {error}"
+            ) from None
+        manifest_path = directory / MANIFEST_NAME
+        lock_fd = os.open(directory / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            try:
+                fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise ConfigurationError(
+                    f"tier directory {directory} is open in another FileSystemTier"
+                ) from None
+            if manifest_path.exists():
+                self._check_manifest(manifest_path)
+            elif self._chunk_root.exists():
+                raise ConfigurationError(
+                    f"{directory} has a {CHUNK_DIR}/ folder but no {MANIFEST_NAME}: "
+                    "not a kvoffload tier directory"
+                )
+            else:
+                self._write_manifest(manifest_path)
+            for shard in range(256):
+                (self._chunk_root / f"{shard:02x}").mkdir(parents=True, exist_ok=True)
+        except BaseException:
+            os.close(lock_fd)
+            raise
+        return lock_fd
+
+    def _check_manifest(self, path: Path) -> None:
+        try:
+            manifest = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as error:
+            raise ConfigurationError(f"unreadable tier manifest {path}: {error}") from None
+        if not isinstance(manifest, dict) or manifest.get("format") != FORMAT_VERSION:
+            raise ConfigurationError(
+                f"{path} is not a kvoffload tier manifest of format {FORMAT_VERSION}"
+            )
+        if manifest.get("chunk_bytes") != self.chunk_bytes:
+            raise ConfigurationError(
+                f"tier directory {self.directory} holds chunks of "
+                f"{manifest.get('chunk_bytes')} bytes; this tier's chunks are "
+                f"{self.chunk_bytes} bytes"
+            )
+
+    def _write_manifest(self, path: Path) -> None:
+        text = json.dumps({"format": FORMAT_VERSION, "chunk_bytes": self.chunk_bytes})
+        temp = path.with_name(path.name + TEMP_SUFFIX)
+        temp.write_text(text + "\n", encoding="utf-8")
+        os.replace(temp, path)
+
+    def _rebuild_index(self) -> int:
+        """Index the complete chunks on disk; remove temp files, chunks of
+        the wrong length, superseded copies and chunks beyond capacity.
+        Returns the next serial."""
+        # key -> (mtime, serial, path, checksum)
+        found: dict[OffloadKey, tuple[int, int, str, int | None]] = {}
+        max_serial = -1
+        for shard in sorted(self._chunk_root.iterdir()):
+            if not shard.is_dir():
+                continue
+            with os.scandir(shard) as entries:
+                for entry in entries:
+                    name = entry.name
+                    if name.endswith(TEMP_SUFFIX):
+                        _remove(entry.path)
+                        continue
+                    parsed = _parse_chunk_name(name)
+                    if parsed is None:
+                        continue  # not ours: leave it alone
+                    key, serial, checksum = parsed
+                    max_serial = max(max_serial, serial)
+                    stat = entry.stat()
+                    if stat.st_size != self.chunk_bytes:
+                        _remove(entry.path)
+                        continue
+                    record = (stat.st_mtime_ns, serial, entry.path, checksum)
+                    previous = found.get(key)
+                    if previous is not None and previous[1] > serial:
+                        _remove(entry.path)
+                        continue
+                    if previous is not None:
+                        _remove(previous[2])
+                    found[key] = record
+        ordered = sorted(found.items(), key=lambda item: (item[1][0], item[1][1]))
+        excess = max(0, len(ordered) - self.capacity_blocks)
+        for _, (_, _, path, _) in ordered[:excess]:
+            _remove(path)
+        keys: list[OffloadKey] = []
+        blocks: list[BlockStatus] = []
+        for key, (_, _, path, checksum) in ordered[excess:]:
+            block = BlockStatus(self._free_slots.pop())
+            block.ref_cnt = 0
+            keys.append(key)
+            blocks.append(block)
+            self._file_of[key] = (path, checksum)
+        self._policy.insert_many(keys, blocks)
+        if keys and self._events_on:
+            self._events.append(self._event(keys, removed=False))
+        return max_serial + 1
+
+    # --- paths -----------------------------------------------------------------
+
+    def _stem(self, key: OffloadKey, serial: int) -> str:
+        hex_key = key.hex()
+        return f"{self._chunk_root}/{hex_key[:2]}/{hex_key}.{serial:x}"
+
+    def path_of(self, key: OffloadKey) -> Path | None:
+        """The file of ``key``'s chunk while it is readable, else None."""
+        with self._lock:
+            record = self._file_of.get(key)
+            return None if record is None else Path(record[0])
+
+    # --- inspection ------------------------------------------------------------
+
+    def stored_keys(self) -> frozenset[OffloadKey]:
+        """The keys whose chunk is readable now."""
+        with self._lock:
+            return frozenset(k for k, b in self._blocks.items() if b.ref_cnt >= 0)
+
+    def __len__(self) -> int:
+        """Chunks held: readable or being stored."""
+        with self._lock:
+            return len(self._blocks)
+
+    # --- the contract ----------------------------------------------------------
+
+    def lookup(self, key: OffloadKey, req_context: ReqContext) -> LookupResult:
+        """HIT when ``key``'s chunk is stored (readable), else MISS. Raises
+        :class:`InvalidKeyError` for a malformed key."""
+        if type(key) is not bytes:
+            key = validate_offload_key(key)
+        with self._lock:
+            block = self._blocks.get(key)
+            readable = block is not None and block.ref_cnt >= 0
+        return LookupResult.HIT if readable else LookupResult.MISS
+
+    def submit_store(self, job: TierJobLike) -> None:
+        """Queue a cascade (see the contract). Keys already readable count
+        as stored; a key another job is storing shares that store's fate; a
+        key that finds no room (every chunk pinned) fails. Raises
+        :class:`TransferError` for a malformed job and changes nothing."""
+        keys, chunk_ids = self._check_job(job, promotion=False)
+        with self._lock:
+            self._check_open_and_id(job.job_id)
+            entry = _Job(job.job_id, keys, promotion=False)
+            blocks = self._blocks
+            new: list[tuple[OffloadKey, int]] = []
+            seen: set[OffloadKey] = set()
+            for key, chunk_id in zip(keys, chunk_ids):
+                if key in seen:
+                    continue
+                seen.add(key)
+                block = blocks.get(key)
+                if block is None:
+                    new.append((key, chunk_id))
+                elif block.ref_cnt >= 0:
+                    entry.ok.add(key)
+                else:
+                    self._waiters.setdefault(key, []).append(entry)
+                    entry.pending += 1
+            room = len(self._free_slots)
+            if len(new) > room:
+                room += self._evict(len(new) - room, seen, entry)
+            admitted = new[:room]
+            serial = self._next_serial
+            self._next_serial += len(admitted)
+            for key, chunk_id in admitted:
+                block = BlockStatus(self._free_slots.pop())
+                entry.items.append(_Item(key, chunk_id, block, serial=serial))
+                serial += 1
+            self._policy.insert_many(
+                [item.key for item in entry.items], [item.block for item in entry.items]
+            )
+            self._enqueue(entry, self._store_queue)
+
+    def submit_load(self, job: TierJobLike) -> None:
+        """Queue a promotion (see the contract). A key that is not readable
+        fails; the others are pinned (never evicted) until the job ends.
+        Raises :class:`TransferError` for a malformed job (including two keys
+        sharing a primary slot) and changes nothing."""
+        keys, chunk_ids = self._check_job(job, promotion=True)
+        with self._lock:
+            self._check_open_and_id(job.job_id)
+            entry = _Job(job.job_id, keys, promotion=True)
+            blocks = self._blocks
+            for key, chunk_id in zip(keys, chunk_ids):
+                block = blocks.get(key)
+                if block is None or block.ref_cnt < 0:
+                    continue
+                block.ref_cnt += 1
+                path, checksum = self._file_of[key]
+                entry.items.append(_Item(key, chunk_id, block, path=path, checksum=checksum))
+            self._enqueue(entry, self._load_queue)
+
+    def get_finished_jobs(self) -> list[TierJobResult]:
+        """The jobs finished since the last call, each reported once."""
+        with self._lock:
+            results, self._results = self._results, []
+            for result in results:
+                self._job_ids.discard(result.job_id)
+            return results
+
+    def drain_jobs(self) -> None:
+        """Block until every submitted job has finished; copies in progress
+        are never cut short."""
+        with self._cond:
+            self._cond.wait_for(lambda: self._in_flight == 0)
+
+    def has_pending_work(self) -> bool:
+        """True while a job runs or a result waits to be taken."""
+        with self._lock:
+            return bool(self._job_ids)
+
+    def touch(self, keys: Collection[OffloadKey], req_context: ReqContext) -> None:
+        """Mark ``keys`` recently used (untracked keys are ignored)."""
+        listed = validate_offload_keys(keys)
+        with self._lock:
+            tracked = [key for key in listed if key in self._blocks]
+            if tracked:
+                self._policy.touch(tracked)
+
+    def on_new_request(self, req_context: ReqContext) -> RequestOffloadingContext:
+        """Every request may store and load."""
+        return RequestOffloadingContext(req_id=req_context.req_id)
+
+    def on_request_finished(self, req_context: ReqContext) -> None:
+        """Nothing is kept per request."""
+        return None
+
+    def take_events(self) -> list[OffloadingEvent]:
+        """Keys that became readable in, or left, this tier, in order (empty
+        unless ``enable_events``)."""
+        with self._lock:
+            events, self._events = self._events, []
+            return events
+
+    def shutdown(self) -> None:
+        """Finish every submitted job, stop the threads and release the
+        directory. Later ``submit_*`` calls raise :class:`TierClosedError`;
+        results and events not yet taken can still be taken. Idempotent."""
+        with self._cond:
+            if self._closed:
+                return
+            self._closed = True
+            self._cond.wait_for(lambda: self._in_flight == 0)
+            self._stopping = True
+            self._cond.notify_all()
+        for thread in self._threads:
+            thread.join()
+        os.close(self._lock_fd)
+
+    # --- submission helpers ----------------------------------------------------
+
+    def _check_job(
+        self, job: TierJobLike, promotion: bool
+    ) -> tuple[list[OffloadKey], list[int]]:
+        job_id = job.job_id
+        if isinstance(job_id, bool) or not isinstance(job_id, int):
+            raise TransferError(f"job_id must be an int, got {job_id!r}")
+        keys = list(validate_offload_keys(job.keys))
+        for key in keys:
+            if len(key) > MAX_KEY_BYTES:
+                raise InvalidKeyError(key, f"longer than {MAX_KEY_BYTES} bytes")
+        try:
+            chunk_ids = [int(c) for c in job.chunk_ids]
+        except (TypeError, ValueError):
+            raise TransferError(f"job {job_id}: chunk_ids must be ints") from None
+        if len(chunk_ids) != len(keys):
+            raise TransferError(
+                f"job {job_id}: {len(keys)} keys but {len(chunk_ids)} chunk_ids"
+            )
+        limit = self.num_primary_slots
+        for chunk_id in chunk_ids:
+            if not 0 <= chunk_id < limit:
+                raise TransferError(
+                    f"job {job_id}: primary slot {chunk_id} outside [0, {limit})"
+                )
+        if promotion and len(set(chunk_ids)) != len(chunk_ids):
+            raise TransferError(f"job {job_id}: two keys are loaded into one primary slot")
+        return keys, chunk_ids
+
+    def _check_open_and_id(self, job_id: JobId) -> None:
+        if self._closed:
+            raise TierClosedError(f"FileSystemTier at {self.directory} is shut down")
+        if job_id in self._job_ids:
+            raise TransferError(f"job {job_id} is already submitted and not yet reported")
+
+    def _evict(self, n: int, offered: Collection[OffloadKey], entry: _Job) -> int:
+        """Evict up to ``n`` readable, unpinned chunks not in ``offered``
+        (files removed by ``entry`` before it writes); how many were."""
+        victims = self._policy.evict(n, offered)
+        if victims is None:
+            victims = []
+            while len(victims) < n:
+                one = self._policy.evict(1, offered)
+                if not one:
+                    break
+                victims.extend(one)
+        keys: list[OffloadKey] = []
+        for key, block in victims:
+            self._free_slots.append(block.block_id)
+            entry.doomed.append(self._file_of.pop(key)[0])
+            keys.append(key)
+        if keys and self._events_on:
+            self._events.append(self._event(keys, removed=True))
+        return len(keys)
+
+    def _enqueue(self, entry: _Job, queue: deque[_Job]) -> None:
+        self._job_ids.add(entry.job_id)
+        self._in_flight += 1
+        entry.pending += len(entry.items)
+        if entry.items:  # (a job that evicted has items: evictions make room for them)
+            queue.append(entry)
+            self._cond.notify(len(entry.items))
+        if entry.pending == 0:
+            self._finish(entry)
+
+    # --- the pool --------------------------------------------------------------
+
+    def _worker(self, loads_first: bool) -> None:
+        cond = self._cond
+        while True:
+            with cond:
+                while not (self._load_queue or self._store_queue or self._stopping):
+                    cond.wait()
+                if not (self._load_queue or self._store_queue):
+                    return  # stopping, and nothing left to run
+                first, second = (
+                    (self._load_queue, self._store_queue)
+                    if loads_first
+                    else (self._store_queue, self._load_queue)
+                )
+                queue = first if first else second
+                entry = queue[0]
+                item = entry.items[entry.next_item]
+                entry.next_item += 1
+                if entry.next_item == len(entry.items):
+                    queue.popleft()
+                doomed, entry.doomed = entry.doomed, []
+            for victim in doomed:  # chunks this job evicted, before it writes
+                self._remove_quietly(victim)
+            if entry.promotion:
+                ok = self._load(item)
+                with cond:
+                    self._load_done(entry, item, ok)
+            else:
+                written = self._store(item)
+                with cond:
+                    self._store_done(entry, item, written)
+
+    @staticmethod
+    def _remove_quietly(path: str) -> None:
+        try:
+            _remove(path)
+        except OSError as error:
+            logger.warning("cannot remove %s: %s", path, error)
+
+    def _slot(self, chunk_id: int) -> memoryview:
+        size = self.chunk_bytes
+        return self._flat[chunk_id * size : (chunk_id + 1) * size]
+
+    def _store(self, item: _Item) -> str | None:
+        """Copy one primary slot into its file (pool thread); the file's
+        path, or None when the store failed."""
+        try:
+            payload = self._slot(item.chunk_id)
+            checksum = f"{zlib.crc32(payload):08x}" if self._checksum else NO_CHECKSUM
+            stem = self._stem(item.key, item.serial)
+            path = f"{stem}.{checksum}{CHUNK_SUFFIX}"
+            _write_chunk(stem + TEMP_SUFFIX, path, payload, self._fsync, self.direct_io)
+            return path
+        except Exception as error:  # an I/O failure fails this key only
+            logger.warning("store of %s failed: %s", item.key.hex(), error)
+            return None
+
+    def _load(self, item: _Item) -> bool:
+        """Copy one file into its primary slot and verify it (pool thread)."""
+        try:
+            payload = self._slot(item.chunk_id)
+            size = _read_chunk(item.path, payload, self.direct_io)
+            if size != self.chunk_bytes:
+                raise ValueError(f"read {size} bytes, expected {self.chunk_bytes}")
+            if (
+                self._checksum
+                and item.checksum is not None
+                and zlib.crc32(payload) != item.checksum
+            ):
+                raise ValueError("checksum mismatch")
+            return True
+        except Exception as error:  # a damaged or missing file fails this key only
+            logger.warning("load of %s from %s failed: %s", item.key.hex(), item.path, error)
+            return False
+
+    # --- completions (pool threads, lock held) ---------------------------------
+
+    def _store_done(self, entry: _Job, item: _Item, path: str | None) -> None:
+        key, block = item.key, item.block
+        ok = path is not None
+        if path is not None:
+            self._file_of[key] = (path, _parse_checksum(path))
+            block.ref_cnt = 0
+            if self._policy.tracks_unpinning():
+                self._policy.blocks_unpinned([key])
+            if self._events_on:
+                self._events.append(self._event([key], removed=False))
+        else:
+            self._policy.remove(key)
+            self._free_slots.append(block.block_id)
+        for job in [entry, *self._waiters.pop(key, ())]:
+            if ok:
+                job.ok.add(key)
+            job.pending -= 1
+            if job.pending == 0:
+                self._finish(job)
+
+    def _load_done(self, entry: _Job, item: _Item, ok: bool) -> None:
+        key, block = item.key, item.block
+        block.ref_cnt -= 1
+        current = self._blocks.get(key)
+        if ok:
+            entry.ok.add(key)
+        elif current is block:
+            # a corrupt or missing file: the key is not readable any more
+            self._policy.remove(key)
+            self._free_slots.append(block.block_id)
+            self._remove_quietly(self._file_of.pop(key)[0])
+            current = None
+            if self._events_on:
+                self._events.append(self._event([key], removed=True))
+        if current is block and block.ref_cnt == 0 and self._policy.tracks_unpinning():
+            self._policy.blocks_unpinned([key])
+        entry.pending -= 1
+        if entry.pending == 0:
+            self._finish(entry)
+
+    def _finish(self, entry: _Job) -> None:
+        wanted = set(entry.keys)
+        ok = entry.ok
+        if ok >= wanted:
+            result = TierJobResult(entry.job_id, True)
+        else:
+            result = TierJobResult(entry.job_id, False, frozenset(ok) if ok else None)
+        self._results.append(result)
+        self._in_flight -= 1
+        self._cond.notify_all()
+
+    def _event(self, keys: Iterable[OffloadKey], removed: bool) -> OffloadingEvent:
+        return OffloadingEvent(tuple(keys), self._event_block_size, self.medium, removed)
+
+    def __repr__(self) -> str:
+        return (
+            f"FileSystemTier({str(self.directory)!r}, capacity_blocks="
+            f"{self.capacity_blocks}, chunk_bytes={self.chunk_bytes})"
+        )
+
+
+def _parse_chunk_name(name: str) -> tuple[OffloadKey, int, int | None] | None:
+    """The key, serial and checksum a chunk file's name encodes, or None."""
+    if not name.endswith(CHUNK_SUFFIX):
+        return None
+    parts = name[: -len(CHUNK_SUFFIX)].split(".")
+    if len(parts) != 3:
+        return None
+    hex_key, hex_serial, hex_checksum = parts
+    try:
+        key = bytes.fromhex(hex_key)
+        serial = int(hex_serial, 16)
+        checksum = None if hex_checksum == NO_CHECKSUM else int(hex_checksum, 16)
+    except ValueError:
+        return None
+    if len(key) < 4 or key.hex() != hex_key or serial < 0:
+        return None
+    return OffloadKey(key), serial, checksum
+
+
+def _parse_checksum(path: str) -> int | None:
+    field = path[: -len(CHUNK_SUFFIX)].rpartition(".")[2]
+    return None if field == NO_CHECKSUM else int(field, 16)
+
+
+def _check_view(view: object) -> tuple[memoryview, int, int]:
+    """The flat byte view, chunk size and slot count of a primary view."""
+    if not isinstance(view, memoryview):
+        raise ConfigurationError(
+            f"primary_kv_view must be a memoryview, got {type(view).__name__}"
+        )
+    if view.ndim != 2:
+        raise ConfigurationError(
+            f"primary_kv_view must be 2-D (one row per primary slot), got {view.ndim}-D"
+        )
+    if view.readonly:
+        raise ConfigurationError("primary_kv_view must be writable (promotions write it)")
+    if not view.c_contiguous:
+        raise ConfigurationError("primary_kv_view must be C-contiguous")
+    shape, strides = view.shape, view.strides
+    if shape is None or strides is None:  # pragma: no cover - 2-D views have both
+        raise ConfigurationError("primary_kv_view has no shape")
+    rows = shape[0]
+    chunk_bytes = strides[0]
+    if rows <= 0 or chunk_bytes <= 0:
+        raise ConfigurationError(
+            f"primary_kv_view has {rows} rows of {chunk_bytes} bytes; both must be > 0"
+        )
+    return view.cast("B"), chunk_bytes, rows
+
+
+def _fsync_policy(value: object) -> FsyncPolicy:
+    if isinstance(value, FsyncPolicy):
+        return value
+    try:
+        return FsyncPolicy(value)
+    except ValueError:
+        raise ConfigurationError(
+            f"fsync must be one of {[p.value for p in FsyncPolicy]}, got {value!r}"
+        ) from None

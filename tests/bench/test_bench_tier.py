@@ -1,0 +1,77 @@
+"""``bench tier``: the harness on tiny cases, never its timings."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kvoffload.__main__ import main
+from kvoffload.bench.tier import OPERATIONS, format_size, parse_size
+
+ENV = "KVOFFLOAD_VLLM_DIRS"
+
+
+def test_sizes_parse_and_print() -> None:
+    assert parse_size("256K") == 256 << 10
+    assert parse_size("4MiB") == 4 << 20
+    assert parse_size("1000") == 1000
+    assert format_size(256 << 10) == "256 KiB"
+
+
+def test_bench_tier_runs_and_checks_its_loads(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "figures.json"
+    status = main([
+        "bench", "tier", "--sizes", "16K", "--total", "64K", "--repeats", "1",
+        "--job-chunks", "3", "--dir", str(tmp_path / "work"), "--json", str(out),
+    ])
+    assert status == 0
+    table = capsys.readouterr().out
+    for operation in OPERATIONS:
+        assert f"| 16 KiB | {operation} |" in table
+    figures = json.loads(out.read_text())["figures"]
+    assert len(figures) == len(OPERATIONS)
+    assert all(fig["tier_gbps"] > 0 and fig["ceiling_gbps"] > 0 for fig in figures)
+    assert all(fig["vllm_gbps"] is None for fig in figures)
+    assert list((tmp_path / "work").iterdir()) == [], "the bench leaves nothing behind"
+
+
+def test_bench_tier_refuses_bad_sizes(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit):
+        main(["bench", "tier", "--total", "0", "--dir", str(tmp_path)])
+
+
+def _release_033() -> Path | None:
+    for entry in filter(None, os.environ.get(ENV, "").split(os.pathsep)):
+        for candidate in (Path(entry), Path(entry) / "0.33.0"):
+            if (candidate / "vllm" / "v1" / "kv_offload" / "tiering" / "fs").is_dir():
+                return candidate
+    return None
+
+
+RELEASE = _release_033()
+
+
+@pytest.mark.skipif(RELEASE is None, reason=f"set {ENV} to a directory holding vLLM 0.33")
+def test_bench_tier_beside_vllms_fs_tier(tmp_path: Path) -> None:
+    out = tmp_path / "figures.json"
+    # a subprocess: a release is loaded once per process
+    done = subprocess.run(
+        [
+            sys.executable, "-m", "kvoffload", "bench", "tier", "--sizes", "64K",
+            "--total", "256K", "--repeats", "1", "--dir", str(tmp_path / "work"),
+            "--vllm-path", str(RELEASE), "--vllm-threads", "2", "--json", str(out),
+        ],
+        capture_output=True, text=True, timeout=300,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    assert done.returncode == 0, done.stderr
+    assert "vLLM 0.33" in done.stdout
+    figures = {fig["operation"]: fig for fig in json.loads(out.read_text())["figures"]}
+    assert figures["store"]["vllm_gbps"] > 0 and figures["load"]["vllm_gbps"] > 0

@@ -1,0 +1,700 @@
+"""FileSystemTier: every call of the secondary-tier contract, the bytes, the
+capacity, reopening, and what a crash or a corrupt file leaves."""
+
+from __future__ import annotations
+
+import mmap
+import os
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+
+from kvoffload import (
+    ConfigurationError,
+    FileSystemTier,
+    InvalidKeyError,
+    ReqContext,
+    TierClosedError,
+    TransferError,
+)
+from kvoffload.impl import fs_tier
+from kvoffload.spec.contract import LookupResult, OffloadingEvent, RequestOffloadingContext
+from kvoffload.spec.keys import OffloadKey, make_offload_key
+from kvoffload.spec.tier_contract import SecondaryTier, TierJob, TierJobResult
+
+CHUNK = 1024
+SLOTS = 16
+CTX = ReqContext(req_id="r")
+
+Primary = npt.NDArray[np.uint8]
+
+
+def key(i: int) -> OffloadKey:
+    return make_offload_key(i.to_bytes(8, "big") * 2, 0)
+
+
+def pattern(i: int, size: int = CHUNK) -> Primary:
+    return np.random.default_rng(i).integers(0, 256, size, dtype=np.uint8)
+
+
+class Gate:
+    """Holds every call of one of the tier's file functions until released."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        original = getattr(fs_tier, name)
+
+        def gated(*args: Any, **kwargs: Any) -> Any:
+            self.entered.set()
+            if not self.release.wait(20):
+                raise OSError("gate never released")
+            return original(*args, **kwargs)
+
+        monkeypatch.setattr(fs_tier, name, gated)
+
+
+@pytest.fixture
+def primary() -> Primary:
+    return np.zeros((SLOTS, CHUNK), dtype=np.uint8)
+
+
+@pytest.fixture
+def gates() -> Iterator[list[Gate]]:
+    opened: list[Gate] = []
+    yield opened
+    for gate in opened:
+        gate.release.set()
+
+
+@pytest.fixture
+def make_tier(
+    tmp_path: Path, primary: Primary, gates: list[Gate]
+) -> Iterator[Callable[..., FileSystemTier]]:
+    tiers: list[FileSystemTier] = []
+
+    def make(capacity: int = 8, directory: Path | None = None, **options: Any) -> FileSystemTier:
+        tier = FileSystemTier(
+            directory or tmp_path / "tier", capacity, primary.data, **options
+        )
+        tiers.append(tier)
+        return tier
+
+    yield make
+    for gate in gates:
+        gate.release.set()
+    for tier in tiers:
+        tier.shutdown()
+
+
+def store(tier: FileSystemTier, job_id: int, keys: list[OffloadKey], slots: list[int]) -> None:
+    tier.submit_store(TierJob(job_id, tuple(keys), tuple(slots), is_promotion=False))
+
+
+def load(tier: FileSystemTier, job_id: int, keys: list[OffloadKey], slots: list[int]) -> None:
+    tier.submit_load(TierJob(job_id, tuple(keys), tuple(slots), is_promotion=True))
+
+
+def finished(tier: FileSystemTier) -> dict[int, TierJobResult]:
+    tier.drain_jobs()
+    results = list(tier.get_finished_jobs())
+    by_id = {result.job_id: result for result in results}
+    assert len(by_id) == len(results), "a job was reported twice"
+    return by_id
+
+
+def fill(primary: Primary, slot: int, seed: int) -> None:
+    primary[slot] = pattern(seed)
+
+
+def wait_until(condition: Callable[[], bool], seconds: float = 10) -> bool:
+    done = threading.Event()
+    for _ in range(int(seconds / 0.005)):
+        if condition():
+            return True
+        done.wait(0.005)
+    return condition()
+
+
+def hit(tier: FileSystemTier, k: OffloadKey) -> bool:
+    return tier.lookup(k, CTX) is LookupResult.HIT
+
+
+# --- the contract, call by call ------------------------------------------------
+
+
+def test_is_a_secondary_tier(make_tier: Callable[..., FileSystemTier]) -> None:
+    assert isinstance(make_tier(), SecondaryTier)
+
+
+def test_store_then_load_round_trips_the_bytes(
+    make_tier: Callable[..., FileSystemTier], primary: Primary
+) -> None:
+    tier = make_tier(capacity=8)
+    for slot in range(4):
+        fill(primary, slot, seed=slot)
+    store(tier, 1, [key(i) for i in range(4)], [0, 1, 2, 3])
+    assert finished(tier) == {1: TierJobResult(1, True)}
+    primary[:] = 0
+    load(tier, 2, [key(3), key(0)], [9, 12])
+    assert finished(tier) == {2: TierJobResult(2, True)}
+    assert np.array_equal(primary[9], pattern(3))
+    assert np.array_equal(primary[12], pattern(0))
+    untouched = [s for s in range(SLOTS) if s not in (9, 12)]
+    assert not primary[untouched].any(), "a promotion wrote a slot outside its job"
+
+
+def test_lookup_is_a_miss_until_the_store_completes(
+    make_tier: Callable[..., FileSystemTier],
+    monkeypatch: pytest.MonkeyPatch,
+    gates: list[Gate],
+) -> None:
+    tier = make_tier()
+    gate = Gate(monkeypatch, "_write_chunk")
+    gates.append(gate)
+    store(tier, 1, [key(1)], [0])
+    assert gate.entered.wait(10)
+    assert tier.lookup(key(1), CTX) is LookupResult.MISS
+    assert tier.has_pending_work()
+    assert tier.get_finished_jobs() == []
+    gate.release.set()
+    assert finished(tier) == {1: TierJobResult(1, True)}
+    assert tier.lookup(key(1), CTX) is LookupResult.HIT
+    assert tier.lookup(key(2), CTX) is LookupResult.MISS
+
+
+def test_every_job_is_reported_once_and_pending_work_ends(
+    make_tier: Callable[..., FileSystemTier], primary: Primary
+) -> None:
+    tier = make_tier(capacity=32)
+    assert not tier.has_pending_work()
+    for job in range(10):
+        fill(primary, job, job)
+        store(tier, job, [key(job)], [job])
+    tier.drain_jobs()
+    assert tier.has_pending_work(), "results not yet taken are pending work"
+    assert set(finished(tier)) == set(range(10))
+    assert tier.get_finished_jobs() == []
+    assert not tier.has_pending_work()
+
+
+def test_an_empty_job_is_reported_at_once(make_tier: Callable[..., FileSystemTier]) -> None:
+    tier = make_tier()
+    store(tier, 1, [], [])
+    load(tier, 2, [], [])
+    assert tier.get_finished_jobs() == [TierJobResult(1, True), TierJobResult(2, True)]
+
+
+def test_store_skips_keys_already_stored(
+    make_tier: Callable[..., FileSystemTier], primary: Primary
+) -> None:
+    tier = make_tier(enable_events=True)
+    fill(primary, 0, 1)
+    store(tier, 1, [key(1)], [0])
+    finished(tier)
+    tier.take_events()
+    path = tier.path_of(key(1))
+    fill(primary, 0, 99)
+    store(tier, 2, [key(1)], [0])
+    assert finished(tier) == {2: TierJobResult(2, True)}
+    assert tier.path_of(key(1)) == path
+    assert tier.take_events() == [], "a skipped key is not stored again"
+    load(tier, 3, [key(1)], [5])
+    finished(tier)
+    assert np.array_equal(primary[5], pattern(1))
+
+
+def test_load_of_a_missing_key_is_a_partial_success(
+    make_tier: Callable[..., FileSystemTier], primary: Primary
+) -> None:
+    tier = make_tier()
+    fill(primary, 0, 7)
+    store(tier, 1, [key(7)], [0])
+    finished(tier)
+    load(tier, 2, [key(7), key(8)], [4, 5])
+    assert finished(tier) == {2: TierJobResult(2, False, frozenset({key(7)}))}
+    assert np.array_equal(primary[4], pattern(7))
+    load(tier, 3, [key(8)], [6])
+    assert finished(tier) == {3: TierJobResult(3, False, None)}
+
+
+def test_a_failed_write_is_never_a_hit(
+    make_tier: Callable[..., FileSystemTier],
+    primary: Primary,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    tier = make_tier(capacity=2)
+    original = fs_tier._write_chunk
+
+    def fail_key_2(temp: str, final: str, *args: Any) -> None:
+        if key(2).hex() in final:
+            raise OSError("disk full")
+        original(temp, final, *args)
+
+    monkeypatch.setattr(fs_tier, "_write_chunk", fail_key_2)
+    fill(primary, 0, 1)
+    fill(primary, 1, 2)
+    store(tier, 1, [key(1), key(2)], [0, 1])
+    assert finished(tier) == {1: TierJobResult(1, False, frozenset({key(1)}))}
+    assert hit(tier, key(1)) and not hit(tier, key(2))
+    assert tier.path_of(key(2)) is None
+    assert len(tier) == 1, "the failed key's room is given back"
+    leftovers = [p.name for p in (tier.directory / "chunks").rglob("*") if p.is_file()]
+    assert leftovers == [tier.path_of(key(1)).name]  # type: ignore[union-attr]
+
+
+def test_a_store_of_a_key_in_flight_shares_that_stores_fate(
+    make_tier: Callable[..., FileSystemTier],
+    primary: Primary,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    tier = make_tier()
+    entered, release = threading.Event(), threading.Event()
+
+    def slow_failure(*args: Any) -> None:
+        entered.set()
+        release.wait(20)
+        raise OSError("device gone")
+
+    monkeypatch.setattr(fs_tier, "_write_chunk", slow_failure)
+    store(tier, 1, [key(1)], [0])
+    assert entered.wait(10)
+    store(tier, 2, [key(1)], [3])
+    release.set()
+    assert finished(tier) == {
+        1: TierJobResult(1, False, None),
+        2: TierJobResult(2, False, None),
+    }
+    assert not hit(tier, key(1))
+
+
+# --- capacity and eviction -----------------------------------------------------
+
+
+def test_capacity_is_bounded_and_the_policy_picks_victims(
+    make_tier: Callable[..., FileSystemTier], primary: Primary
+) -> None:
+    tier = make_tier(capacity=3, enable_events=True)
+    for i in range(3):
+        fill(primary, i, i)
+        store(tier, i, [key(i)], [i])
+        finished(tier)
+    tier.touch([key(0)], CTX)  # key(1) is now the least recent
+    victim_path = tier.path_of(key(1))
+    fill(primary, 3, 3)
+    store(tier, 3, [key(3)], [3])
+    assert finished(tier) == {3: TierJobResult(3, True)}
+    assert len(tier) == 3
+    assert tier.stored_keys() == {key(0), key(2), key(3)}
+    assert victim_path is not None and not victim_path.exists()
+    events = tier.take_events()
+    assert OffloadingEvent((key(1),), 0, "DISK", True) in events
+
+
+def test_eviction_spares_chunks_being_loaded_or_stored(
+    make_tier: Callable[..., FileSystemTier],
+    primary: Primary,
+    monkeypatch: pytest.MonkeyPatch,
+    gates: list[Gate],
+) -> None:
+    tier = make_tier(capacity=2)
+    for i in range(2):
+        fill(primary, i, i)
+    store(tier, 1, [key(0), key(1)], [0, 1])
+    finished(tier)
+    read_gate = Gate(monkeypatch, "_read_chunk")
+    gates.append(read_gate)
+    load(tier, 2, [key(0)], [8])  # key(0), the least recent, is pinned
+    assert read_gate.entered.wait(10)
+    fill(primary, 2, 2)
+    store(tier, 3, [key(2)], [2])  # must evict key(1), not key(0)
+    assert wait_until(lambda: hit(tier, key(2)))  # (job 2 holds drain_jobs)
+    assert tier.stored_keys() == {key(0), key(2)}
+    write_gate = Gate(monkeypatch, "_write_chunk")
+    gates.append(write_gate)
+    fill(primary, 3, 3)
+    store(tier, 4, [key(3)], [3])  # evicts key(2); key(3)'s write is held
+    assert write_gate.entered.wait(10)
+    # now every chunk is pinned: key(0) loading, key(3) storing
+    store(tier, 5, [key(4), key(5)], [4, 5])
+    read_gate.release.set()
+    write_gate.release.set()
+    results = finished(tier)
+    assert results[2] == TierJobResult(2, True)
+    assert results[4] == TierJobResult(4, True)
+    assert results[5] == TierJobResult(5, False, None)
+    assert np.array_equal(primary[8], pattern(0))
+    assert tier.stored_keys() == {key(0), key(3)}
+
+
+def test_a_store_admits_what_fits_and_reports_the_rest(
+    make_tier: Callable[..., FileSystemTier],
+    primary: Primary,
+    monkeypatch: pytest.MonkeyPatch,
+    gates: list[Gate],
+) -> None:
+    tier = make_tier(capacity=3)
+    fill(primary, 0, 0)
+    store(tier, 1, [key(0)], [0])
+    finished(tier)
+    gate = Gate(monkeypatch, "_read_chunk")
+    gates.append(gate)
+    load(tier, 2, [key(0)], [9])
+    assert gate.entered.wait(10)
+    for i in (1, 2, 3):
+        fill(primary, i, i)
+    store(tier, 3, [key(1), key(2), key(3)], [1, 2, 3])
+    gate.release.set()
+    results = finished(tier)
+    assert results[3] == TierJobResult(3, False, frozenset({key(1), key(2)}))
+    assert results[3].successful_keys is not None
+    assert results[3].successful_keys <= {key(1), key(2), key(3)}
+    assert tier.stored_keys() == {key(0), key(1), key(2)}
+
+
+# --- bad input -----------------------------------------------------------------
+
+
+def test_malformed_jobs_raise_and_change_nothing(
+    make_tier: Callable[..., FileSystemTier], primary: Primary
+) -> None:
+    tier = make_tier()
+    fill(primary, 0, 0)
+    store(tier, 1, [key(0)], [0])
+    finished(tier)
+    bad: list[tuple[type[Exception], Callable[[], object]]] = [
+        (TransferError, lambda: store(tier, 2, [key(1), key(2)], [1])),
+        (TransferError, lambda: store(tier, 2, [key(1)], [SLOTS])),
+        (TransferError, lambda: store(tier, 2, [key(1)], [-1])),
+        (TransferError, lambda: load(tier, 2, [key(0), key(0)], [3, 3])),
+        (InvalidKeyError, lambda: store(tier, 2, [OffloadKey(b"ab")], [1])),
+        (InvalidKeyError, lambda: store(tier, 2, [OffloadKey(b"k" * 200)], [1])),
+        (InvalidKeyError, lambda: tier.touch([OffloadKey(b"x")], CTX)),
+        (InvalidKeyError, lambda: tier.lookup(["not", "a", "key"], CTX)),  # type: ignore[arg-type]
+    ]
+    for error, call in bad:
+        with pytest.raises(error):
+            call()
+    assert tier.stored_keys() == {key(0)}
+    assert not tier.has_pending_work()
+    store(tier, 2, [key(1)], [1])
+    with pytest.raises(TransferError, match="already submitted"):
+        store(tier, 2, [key(2)], [2])
+    assert finished(tier) == {2: TierJobResult(2, True)}
+    assert tier.stored_keys() == {key(0), key(1)}
+    store(tier, 2, [key(2)], [2])  # a reported job id may be reused
+    assert finished(tier) == {2: TierJobResult(2, True)}
+
+
+@pytest.mark.parametrize(
+    "view",
+    [
+        pytest.param(lambda: bytearray(64), id="not-a-memoryview"),
+        pytest.param(lambda: memoryview(bytearray(64)), id="1-D"),
+        pytest.param(lambda: memoryview(bytes(64)).cast("B", (4, 16)), id="read-only"),
+        pytest.param(
+            lambda: np.zeros((4, 32), dtype=np.uint8)[:, ::2].data, id="strided"
+        ),
+        pytest.param(
+            lambda: np.zeros((0, 32), dtype=np.uint8).data, id="no-rows"
+        ),
+    ],
+)
+def test_a_malformed_primary_view_is_refused(tmp_path: Path, view: Callable[[], Any]) -> None:
+    with pytest.raises(ConfigurationError):
+        FileSystemTier(tmp_path / "t", 4, view())
+    assert not (tmp_path / "t").exists(), "a refused tier touches no directory"
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"capacity_blocks": 0},
+        {"capacity_blocks": True},
+        {"cache_policy": "fifo"},
+        {"fsync": "sometimes"},
+        {"num_threads": 0},
+        {"checksum": "yes"},
+        {"block_size": -1},
+    ],
+)
+def test_bad_options_are_refused(tmp_path: Path, primary: Primary, options: dict[str, Any]) -> None:
+    arguments: dict[str, Any] = {"capacity_blocks": 4, **options}
+    capacity = arguments.pop("capacity_blocks")
+    with pytest.raises(ConfigurationError):
+        FileSystemTier(tmp_path / "t", capacity, primary.data, **arguments)
+
+
+def test_a_multi_byte_view_counts_chunks_in_bytes(tmp_path: Path) -> None:
+    memory = np.zeros((4, 256), dtype=np.float16)
+    memory[2] = np.arange(256, dtype=np.float16)
+    tier = FileSystemTier(tmp_path / "t", 4, memory.data)
+    try:
+        assert tier.chunk_bytes == 512
+        store(tier, 1, [key(1)], [2])
+        finished(tier)
+        load(tier, 2, [key(1)], [0])
+        finished(tier)
+        assert np.array_equal(memory[0], memory[2])
+    finally:
+        tier.shutdown()
+
+
+# --- lifecycle: requests, events, shutdown ------------------------------------
+
+
+def test_request_hooks(make_tier: Callable[..., FileSystemTier]) -> None:
+    tier = make_tier()
+    assert tier.on_new_request(CTX) == RequestOffloadingContext(req_id="r")
+    tier.on_request_finished(CTX)
+    assert tier.take_events() == [], "events are off by default"
+
+
+def test_events_replay_to_the_readable_keys(
+    make_tier: Callable[..., FileSystemTier], primary: Primary
+) -> None:
+    tier = make_tier(capacity=3, enable_events=True, medium="NVME", block_size=16)
+    seen: set[OffloadKey] = set()
+    for job in range(8):
+        fill(primary, job % SLOTS, job)
+        store(tier, job, [key(job), key(job + 1)], [job % SLOTS, (job + 1) % SLOTS])
+        finished(tier)
+        for event in tier.take_events():
+            assert event.medium == "NVME" and event.block_size == 16
+            for k in event.keys:
+                if event.removed:
+                    assert k in seen
+                    seen.remove(k)
+                else:
+                    assert k not in seen
+                    seen.add(k)
+        assert seen == tier.stored_keys()
+
+
+def test_shutdown_finishes_jobs_then_refuses_new_ones(
+    make_tier: Callable[..., FileSystemTier], primary: Primary
+) -> None:
+    tier = make_tier()
+    fill(primary, 0, 5)
+    store(tier, 1, [key(5)], [0])
+    tier.shutdown()
+    assert tier.get_finished_jobs() == [TierJobResult(1, True)]
+    with pytest.raises(TierClosedError):
+        store(tier, 2, [key(6)], [1])
+    with pytest.raises(TierClosedError):
+        load(tier, 3, [key(5)], [1])
+    tier.shutdown()
+    assert not any(t.is_alive() for t in tier._threads)
+
+
+# --- the directory: reopen, locking, damage ------------------------------------
+
+
+def test_reopen_finds_every_completed_chunk(
+    make_tier: Callable[..., FileSystemTier], primary: Primary, tmp_path: Path
+) -> None:
+    tier = make_tier(capacity=16)
+    for i in range(10):
+        fill(primary, i, 100 + i)
+    store(tier, 1, [key(i) for i in range(10)], list(range(10)))
+    finished(tier)
+    tier.shutdown()
+    stray = tmp_path / "tier" / "chunks" / "00" / "junk.1.tmp"
+    stray.write_bytes(b"half a chunk")
+    reopened = make_tier(capacity=16, enable_events=True)
+    assert reopened.stored_keys() == {key(i) for i in range(10)}
+    assert not stray.exists(), "temp files of a crash are removed on open"
+    [event] = reopened.take_events()
+    assert set(event.keys) == {key(i) for i in range(10)} and not event.removed
+    primary[:] = 0
+    load(reopened, 2, [key(i) for i in range(10)], list(range(10)))
+    assert finished(reopened) == {2: TierJobResult(2, True)}
+    for i in range(10):
+        assert np.array_equal(primary[i], pattern(100 + i))
+
+
+def test_reopen_with_less_capacity_keeps_the_newest(
+    make_tier: Callable[..., FileSystemTier], primary: Primary
+) -> None:
+    tier = make_tier(capacity=8)
+    for i in range(6):
+        fill(primary, i, i)
+        store(tier, i, [key(i)], [i])
+        finished(tier)
+        os.utime(tier.path_of(key(i)), ns=(i * 10**9, i * 10**9))  # type: ignore[arg-type]
+    tier.shutdown()
+    reopened = make_tier(capacity=3)
+    assert reopened.stored_keys() == {key(3), key(4), key(5)}
+    files = [p for p in (reopened.directory / "chunks").rglob("*.kvc")]
+    assert len(files) == 3
+
+
+def test_a_directory_is_tied_to_its_chunk_size(tmp_path: Path, primary: Primary) -> None:
+    FileSystemTier(tmp_path / "t", 4, primary.data).shutdown()
+    other = np.zeros((4, 2 * CHUNK), dtype=np.uint8)
+    with pytest.raises(ConfigurationError, match="chunks of 1024 bytes"):
+        FileSystemTier(tmp_path / "t", 4, other.data)
+
+
+def test_a_foreign_directory_is_refused(tmp_path: Path, primary: Primary) -> None:
+    (tmp_path / "t" / "chunks").mkdir(parents=True)
+    with pytest.raises(ConfigurationError, match="not a kvoffload tier"):
+        FileSystemTier(tmp_path / "t", 4, primary.data)
+    (tmp_path / "u").mkdir()
+    (tmp_path / "u" / fs_tier.MANIFEST_NAME).write_text("{}")
+    with pytest.raises(ConfigurationError, match="manifest"):
+        FileSystemTier(tmp_path / "u", 4, primary.data)
+
+
+def test_one_directory_one_open_tier(
+    make_tier: Callable[..., FileSystemTier], primary: Primary, tmp_path: Path
+) -> None:
+    tier = make_tier()
+    with pytest.raises(ConfigurationError, match="open in another"):
+        FileSystemTier(tmp_path / "tier", 4, primary.data)
+    tier.shutdown()
+    make_tier()  # released by shutdown
+
+
+@pytest.mark.parametrize("damage", ["flip-a-byte", "truncate", "extend", "delete"])
+@pytest.mark.parametrize("checksum", [True, False])
+def test_a_damaged_file_is_a_failed_load(
+    make_tier: Callable[..., FileSystemTier],
+    primary: Primary,
+    damage: str,
+    checksum: bool,
+) -> None:
+    if damage == "flip-a-byte" and not checksum:
+        pytest.skip("a flipped payload byte is caught by the checksum only")
+    tier = make_tier(enable_events=True, checksum=checksum)
+    fill(primary, 0, 1)
+    fill(primary, 1, 2)
+    store(tier, 1, [key(1), key(2)], [0, 1])
+    finished(tier)
+    tier.take_events()
+    path = tier.path_of(key(1))
+    assert path is not None
+    data = bytearray(path.read_bytes())
+    if damage == "flip-a-byte":
+        data[CHUNK // 2] ^= 0xFF
+        path.write_bytes(data)
+    elif damage == "truncate":
+        path.write_bytes(data[: CHUNK // 2])
+    elif damage == "extend":
+        path.write_bytes(data + b"\0")
+    else:
+        path.unlink()
+    load(tier, 2, [key(1), key(2)], [5, 6])
+    assert finished(tier) == {2: TierJobResult(2, False, frozenset({key(2)}))}
+    assert np.array_equal(primary[6], pattern(2))
+    assert not hit(tier, key(1)), "a damaged chunk is dropped"
+    assert not path.exists()
+    assert tier.take_events() == [OffloadingEvent((key(1),), 0, "DISK", True)]
+    fill(primary, 0, 1)
+    store(tier, 3, [key(1)], [0])  # and may be stored again
+    finished(tier)
+    load(tier, 4, [key(1)], [7])
+    assert finished(tier) == {4: TierJobResult(4, True)}
+    assert np.array_equal(primary[7], pattern(1))
+
+
+def test_reopen_drops_files_of_the_wrong_length(
+    make_tier: Callable[..., FileSystemTier], primary: Primary
+) -> None:
+    tier = make_tier()
+    store(tier, 1, [key(1), key(2)], [0, 1])
+    finished(tier)
+    path = tier.path_of(key(1))
+    assert path is not None
+    tier.shutdown()
+    path.write_bytes(path.read_bytes()[:-1])
+    reopened = make_tier()
+    assert reopened.stored_keys() == {key(2)}
+    assert not path.exists()
+
+
+# --- threads -------------------------------------------------------------------
+
+
+def test_many_jobs_on_many_threads_read_back_their_bytes(
+    make_tier: Callable[..., FileSystemTier], primary: Primary
+) -> None:
+    tier = make_tier(capacity=12, num_threads=4, cache_policy="arc")
+    rng = np.random.default_rng(0)
+    last: dict[OffloadKey, int] = {}  # key -> seed of the bytes stored under it
+    for step in range(60):
+        keys = sorted({key(int(i)) for i in rng.integers(0, 20, 3)})
+        slots = list(range(len(keys)))
+        seeds = [step * 10 + n for n in range(len(keys))]
+        for slot, seed in zip(slots, seeds):
+            fill(primary, slot, seed)
+        readable = tier.stored_keys()
+        store(tier, step, keys, slots)
+        [result] = finished(tier).values()
+        made_it = set(keys) if result.success else set(result.successful_keys or ())
+        for k, seed in zip(keys, seeds):
+            if k in made_it and k not in readable:
+                last[k] = seed
+        assert len(tier) <= 12
+    stored = sorted(tier.stored_keys())
+    targets = list(range(4, 4 + len(stored)))
+    load(tier, 1000, stored, targets)
+    assert finished(tier) == {1000: TierJobResult(1000, True)}
+    for k, slot in zip(stored, targets):
+        assert np.array_equal(primary[slot], pattern(last[k]))
+
+
+# --- direct I/O -----------------------------------------------------------------
+
+
+def aligned_primary(slots: int, chunk: int) -> Primary:
+    region = mmap.mmap(-1, slots * chunk)  # page-aligned
+    return np.frombuffer(region, dtype=np.uint8).reshape(slots, chunk)
+
+
+def test_direct_io_round_trips_and_still_checks(tmp_path: Path) -> None:
+    memory = aligned_primary(8, 8192)
+    tier = FileSystemTier(tmp_path / "t", 4, memory.data)
+    try:
+        if not tier.direct_io:
+            pytest.skip("this file system refuses O_DIRECT")
+        for slot in range(3):
+            memory[slot] = pattern(slot, 8192)
+        store(tier, 1, [key(0), key(1), key(2)], [0, 1, 2])
+        assert finished(tier) == {1: TierJobResult(1, True)}
+        path = tier.path_of(key(1))
+        assert path is not None and path.stat().st_size == 8192
+        data = bytearray(path.read_bytes())
+        data[100] ^= 1
+        path.write_bytes(data)
+        memory[:] = 0
+        load(tier, 2, [key(0), key(1), key(2)], [5, 6, 7])
+        assert finished(tier) == {2: TierJobResult(2, False, frozenset({key(0), key(2)}))}
+        assert np.array_equal(memory[5], pattern(0, 8192))
+        assert np.array_equal(memory[7], pattern(2, 8192))
+    finally:
+        tier.shutdown()
+
+
+def test_direct_io_only_where_the_buffer_allows(tmp_path: Path) -> None:
+    memory = aligned_primary(8, 8192)
+    unaligned = memoryview(mmap.mmap(-1, 5 * 8192))[16 : 16 + 4 * 8192].cast("B", (4, 8192))
+    cases: list[tuple[memoryview, dict[str, Any]]] = [
+        (memory.data, {"direct_io": False}),
+        (unaligned, {}),
+        (aligned_primary(8, 1000).data, {}),  # chunk not a multiple of 4096
+    ]
+    for index, (view, options) in enumerate(cases):
+        tier = FileSystemTier(tmp_path / str(index), 4, view, **options)
+        try:
+            assert not tier.direct_io
+            store(tier, 1, [key(1)], [0])
+            load(tier, 2, [key(1)], [1])
+            assert set(finished(tier)) == {1, 2}
+        finally:
+            tier.shutdown()

@@ -1,0 +1,120 @@
+"""A process killed (SIGKILL) while its FileSystemTier writes large chunks
+leaves no readable torn chunk: the tier opened again finds every chunk whose
+store had completed, with exactly its bytes, and nothing else."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kvoffload import FileSystemTier
+from kvoffload.spec.keys import OffloadKey
+from kvoffload.spec.tier_contract import TierJob, TierJobResult
+
+CHUNK = 1 << 20  # large chunks: the kill lands mid-write
+SLOTS = 4
+
+# The writer: stores chunk i (bytes drawn from seed i) under key b"\xab" + i,
+# one job at a time, and prints i once the job is reported a success. Keys
+# share the first byte, so every file lands in one shard, the one the test
+# watches for a temp file.
+WRITER = r"""
+import sys
+import numpy as np
+from kvoffload import FileSystemTier
+from kvoffload.spec.tier_contract import TierJob
+
+directory, chunk = sys.argv[1], int(sys.argv[2])
+primary = np.zeros((4, chunk), dtype=np.uint8)
+tier = FileSystemTier(directory, 10_000, primary.data, num_threads=2)
+print("ready", flush=True)
+for i in range(10_000):
+    slot = i % 4
+    primary[slot] = np.random.default_rng(i).integers(0, 256, chunk, dtype=np.uint8)
+    tier.submit_store(TierJob(i, (b"\xab" + i.to_bytes(7, "big"),), (slot,), False))
+    tier.drain_jobs()
+    [result] = tier.get_finished_jobs()
+    if result.success:
+        print(i, flush=True)
+"""
+
+
+def key_of(i: int) -> OffloadKey:
+    return OffloadKey(b"\xab" + i.to_bytes(7, "big"))
+
+
+def seed_of(k: OffloadKey) -> int:
+    return int.from_bytes(k[1:], "big")
+
+
+def temp_files(shard: Path) -> list[str]:
+    try:
+        return [name for name in os.listdir(shard) if name.endswith(".tmp")]
+    except FileNotFoundError:
+        return []
+
+
+@pytest.mark.parametrize("io", ["buffered", "direct"])
+@pytest.mark.parametrize("round_", range(2))
+def test_a_killed_writer_leaves_only_complete_chunks(
+    tmp_path: Path, round_: int, io: str
+) -> None:
+    directory = tmp_path / "tier"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    writer = subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(directory), str(CHUNK), io],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    completed: list[int] = []
+    caught_mid_write = False
+    try:
+        assert writer.stdout is not None
+        assert writer.stdout.readline().startswith("ready")
+        shard = directory / "chunks" / "ab"
+        # let a few chunks complete, then kill while a temp file exists
+        for _ in range(3 + round_):
+            line = writer.stdout.readline()
+            assert line, "the writer died on its own"
+            completed.append(int(line))
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            if temp_files(shard):
+                caught_mid_write = True
+                break
+        writer.send_signal(signal.SIGKILL)
+        writer.wait(timeout=20)
+        completed.extend(int(line) for line in writer.stdout.read().split())
+    finally:
+        if writer.poll() is None:
+            writer.kill()
+            writer.wait(timeout=20)
+        if writer.stdout is not None:
+            writer.stdout.close()
+    assert writer.returncode == -signal.SIGKILL
+    assert caught_mid_write, "the kill never landed while a chunk was being written"
+
+    primary = np.zeros((SLOTS, CHUNK), dtype=np.uint8)
+    tier = FileSystemTier(directory, 10_000, primary.data)
+    try:
+        found = tier.stored_keys()
+        assert {key_of(i) for i in completed} <= found, "a completed chunk was lost"
+        # at most the chunk being written when killed had completed unreported
+        assert len(found) <= len(completed) + 1
+        assert not temp_files(directory / "chunks" / "ab")
+        for job_id, k in enumerate(sorted(found)):
+            tier.submit_load(TierJob(job_id, (k,), (0,), True))
+            tier.drain_jobs()
+            assert tier.get_finished_jobs() == [TierJobResult(job_id, True)]
+            expected = np.random.default_rng(seed_of(k)).integers(0, 256, CHUNK, dtype=np.uint8)
+            assert np.array_equal(primary[0], expected), f"chunk {seed_of(k)} torn"
+    finally:
+        tier.shutdown()

@@ -1,0 +1,713 @@
+"""End-to-end byte integrity through three tiers: GPU blocks → CPU slots →
+a secondary tier → CPU slots → GPU blocks.
+
+The real :class:`TieredOffloadingManager` (over the real CPU manager core)
+and the real CPU↔GPU handlers are driven by a Hypothesis state machine,
+beside a secondary tier whose jobs run when the machine says so: GPU stores
+that fail or die mid-write (garbage in their slots), cascades that fail in
+part, promotions that fail in part or die mid-copy (garbage in the primary
+slots they were given), evictions in the primary (by stores and by
+promotions) and in the tier, promotions racing GPU loads and stores,
+resets with jobs in flight, and the tier closed and reopened under a fresh
+manager (an engine restart). After every step: every key the primary
+reads as ready holds exactly the bytes last stored under it, every chunk
+the tier holds is the bytes of the version cascaded into it, events agree
+with both, and a write that failed never became a hit. GPU loads check the
+bytes they deliver. CPU tensors stand in for the GPU here; CUDA runs it too
+when present.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import tempfile
+from typing import ClassVar
+
+import pytest
+
+pytest.importorskip("torch")
+
+import torch
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from kvoffload.impl.fs_tier import FileSystemTier
+from kvoffload.impl.manager import CPUOffloadingManager
+from kvoffload.impl.memtier import MemoryTier
+from kvoffload.impl.specs import CPULoadStoreSpec, GPULoadStoreSpec
+from kvoffload.impl.tiered import TieredOffloadingManager
+from kvoffload.impl.worker.base import TransferResult, TransferSpec
+from kvoffload.impl.worker.spec import CPUOffloadingConfig, CPUOffloadingSpec
+from kvoffload.impl.worker.worker import OffloadingWorker
+from kvoffload.spec.contract import ReqContext
+from kvoffload.spec.keys import OffloadKey, make_offload_key
+from kvoffload.spec.lifecycle import PhaseKind
+from kvoffload.spec.tier_contract import TierJob, TierJobLike, TierJobResult
+from tests.worker.test_worker_integrity import FAIL_MODES, FlakyHandler
+from tests.worker.worker_helpers import HAS_CUDA, make_caches, pattern
+
+CTX = ReqContext("tiered-integrity")
+NUM_HASHES = 8
+ROW_BYTES = 48
+GARBAGE = 0x5A
+
+
+class Model:
+    """What the machine knows the tier should hold: key -> version, set by
+    the tier itself when it runs a store (from the version the primary
+    holds under the pinned key) and read when it runs a load."""
+
+    def __init__(self) -> None:
+        self.ready: dict[OffloadKey, int] = {}  # primary: key -> version
+        self.tier: dict[OffloadKey, int] = {}  # tier: key -> version
+        self.promoted: dict[OffloadKey, int] = {}  # loads the tier carried out
+
+
+class WitnessedTier(MemoryTier):
+    """A :class:`MemoryTier` that tells the model what each job carried,
+    and fails jobs on demand (in part, or dying mid-copy)."""
+
+    def __init__(self, capacity: int, view: memoryview, model: Model) -> None:
+        super().__init__(capacity, view, medium="TIER", complete_on_submit=False)
+        self.model = model
+
+    def _run_store(self, job: TierJob) -> TierJobResult:
+        for key in job.keys:
+            # the cascade reads a pinned primary slot: the key is ready there
+            assert key in self.model.ready, f"cascade of {key!r}, not ready in the primary"
+        before = set(self.keys())
+        result = super()._run_store(job)
+        for key in before.difference(self.keys()):  # the tier's own victims
+            del self.model.tier[key]
+        for key in job.keys:
+            if key in self and key not in before:
+                self.model.tier[key] = self.model.ready[key]
+        return result
+
+    def _run_load(self, job: TierJob) -> TierJobResult:
+        present = [key for key in job.keys if key in self]
+        result = super()._run_load(job)
+        for key in present:
+            self.model.promoted[key] = self.model.tier[key]
+        return result
+
+    def die_mid_load(self, job_id: int, keep: list[OffloadKey]) -> None:
+        """Fail a queued promotion: ``keep`` made it, the others' primary
+        rows hold garbage (a copy that died half-way)."""
+        job = next(q.job for q in self._queue if q.job.job_id == job_id)
+        assert self._flat is not None
+        for key, chunk in zip(job.keys, job.chunk_ids):
+            if key not in keep:
+                start = chunk * self._chunk_bytes
+                self._flat[start:start + self._chunk_bytes] = bytes([GARBAGE]) * self._chunk_bytes
+        present = [key for key in keep if key in self]
+        self.fail_job(job_id, keep)
+        for key in present:
+            self.model.promoted[key] = self.model.tier[key]
+
+
+class TieredIntegrityMachine(RuleBasedStateMachine):
+    device: ClassVar[str] = "cpu"
+    factor: ClassVar[int] = 2
+    cpu_blocks: ClassVar[int] = 4
+    tier_blocks: ClassVar[int] = 6
+    gpu_blocks: ClassVar[int] = 40
+    cascade: ClassVar[str] = "write-through"
+    max_promotions: ClassVar[int] = 2
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.caches = make_caches(self.device, self.gpu_blocks, (ROW_BYTES,))
+        spec = CPUOffloadingSpec(CPUOffloadingConfig(
+            16, offloaded_block_size=16 * self.factor, num_cpu_blocks=self.cpu_blocks,
+            direct_copy_min_bytes=48,
+        ))
+        self.handlers = spec.build_handlers(self.caches)
+        (cpu,) = self.handlers.cpu_tensors
+        self.cpu = cpu
+        # one row per primary slot, as a tier is handed the primary's memory
+        self.view = cpu.view(self.cpu_blocks, -1).numpy().data
+        self.store_handler = FlakyHandler(self.handlers.gpu_to_cpu_handler, self.handlers)
+        self.load_handler = FlakyHandler(self.handlers.cpu_to_gpu_handler, self.handlers)
+        self.worker = OffloadingWorker()
+        self.worker.register_handler(GPULoadStoreSpec, CPULoadStoreSpec, self.store_handler)
+        self.worker.register_handler(CPULoadStoreSpec, GPULoadStoreSpec, self.load_handler)
+        self.keys = [make_offload_key(bytes([h]) * 8, 0) for h in range(NUM_HASHES)]
+        self.model = Model()
+        self.tier: MemoryTier | FileSystemTier = self.make_tier()
+        self.manager = self.new_manager()
+        self.free_gpu = list(range(self.gpu_blocks))
+        self.next_job = 0
+        self.next_version = 0
+        self.loading: dict[OffloadKey, int] = {}
+        self.jobs: dict[int, tuple[str, list[OffloadKey], list[int], list[int]]] = {}
+        self.announced: set[OffloadKey] = set()
+        self.tier_announced: set[OffloadKey] = set()
+        self.promoting: set[OffloadKey] = set()
+        self.loads_checked = 0
+
+    def make_tier(self) -> MemoryTier | FileSystemTier:
+        return WitnessedTier(self.tier_blocks, self.view, self.model)
+
+    def memory_tier(self) -> WitnessedTier:
+        assert isinstance(self.tier, WitnessedTier)
+        return self.tier
+
+    def new_manager(self) -> TieredOffloadingManager:
+        primary = CPUOffloadingManager(16 * self.factor, self.cpu_blocks, enable_events=True)
+        return TieredOffloadingManager(
+            primary, [self.tier], cascade=self.cascade,
+            max_promotions_in_flight=self.max_promotions,
+        )
+
+    def row(self, key: OffloadKey, version: int, sub: int) -> torch.Tensor:
+        return pattern(ROW_BYTES, self.keys.index(key), version, 0, sub)
+
+    def take_gpu(self, count: int, rnd: random.Random) -> list[int]:
+        blocks = rnd.sample(sorted(self.free_gpu), count)
+        for block in blocks:
+            self.free_gpu.remove(block)
+        return blocks
+
+    # ------------------------------------------------------ primary changes
+
+    def forget_evicted(self, pinned_before: set[OffloadKey]) -> None:
+        """Drop from the model the ready keys the primary evicted (a store's
+        or a promotion's victims); none may have been pinned."""
+        for key in list(self.model.ready):
+            if self.manager.phase(key).kind is PhaseKind.ABSENT:
+                assert key not in pinned_before, f"{key!r} evicted while pinned"
+                del self.model.ready[key]
+
+    def pinned(self) -> set[OffloadKey]:
+        return {
+            k for k in self.model.ready
+            if k in self.loading or self.manager.cascade_pins(k) > 0
+        }
+
+    def settle_promotions(self) -> None:
+        """Promotions whose results were taken: a hit exactly when the tier
+        carried the key out."""
+        for key in list(self.promoting):
+            if self.manager.is_promoting(key):
+                continue
+            self.promoting.discard(key)
+            carried = self.model.promoted.pop(key, None)
+            readable = self.manager.primary.lookup(key, CTX)
+            assert readable == (carried is not None), (
+                f"promotion of {key!r}: tier carried it {carried is not None}, "
+                f"primary readable {readable}"
+            )
+            if carried is not None:
+                self.model.ready[key] = carried
+
+    # --------------------------------------------------------------- rules
+
+    @rule(
+        picks=st.lists(st.integers(0, NUM_HASHES - 1), min_size=1, max_size=3, unique=True),
+        rnd=st.randoms(use_true_random=False),
+        fail=FAIL_MODES,
+        collect_now=st.booleans(),
+    )
+    def gpu_store(self, picks: list[int], rnd: random.Random, fail: str,
+                  collect_now: bool) -> None:
+        offered = [self.keys[h] for h in picks]
+        if len(self.free_gpu) < len(offered) * self.factor:
+            return
+        pinned = self.pinned()
+        out = self.manager.prepare_store(offered, CTX)
+        if out is None:
+            return
+        for victim in out.evicted_keys:
+            assert victim in self.model.ready and victim not in pinned, victim
+        self.forget_evicted(pinned)
+        to_store = list(out.keys_to_store)
+        if not to_store:
+            return
+        blocks = self.take_gpu(len(to_store) * self.factor, rnd)
+        versions = []
+        gpu = self.caches.tensors[0].tensor
+        for position, key in enumerate(to_store):
+            version = self.next_version
+            self.next_version += 1
+            versions.append(version)
+            for sub in range(self.factor):
+                gpu[blocks[position * self.factor + sub]].copy_(self.row(key, version, sub))
+        spec = GPULoadStoreSpec(blocks)
+        self.submit("store", to_store, blocks, versions, (spec, out.store_spec), fail)
+        if collect_now:
+            self.collect()
+
+    @precondition(lambda self: bool(self.model.ready))
+    @rule(data=st.data(), rnd=st.randoms(use_true_random=False), fail=FAIL_MODES)
+    def gpu_load(self, data: st.DataObject, rnd: random.Random, fail: str) -> None:
+        keys = data.draw(st.lists(st.sampled_from(sorted(self.model.ready)), min_size=1,
+                                  max_size=3, unique=True))
+        if len(self.free_gpu) < len(keys) * self.factor:
+            return
+        cpu_spec = self.manager.prepare_load(keys, CTX)
+        for key in keys:
+            self.loading[key] = self.loading.get(key, 0) + 1
+        blocks = self.take_gpu(len(keys) * self.factor, rnd)
+        self.caches.tensors[0].tensor[blocks] = 0x33
+        versions = [self.model.ready[key] for key in keys]
+        self.submit("load", keys, blocks, versions, (cpu_spec, GPULoadStoreSpec(blocks)), fail)
+
+    def submit(self, kind: str, keys: list[OffloadKey], blocks: list[int],
+               versions: list[int], spec: TransferSpec, fail: str) -> None:
+        job = self.next_job
+        self.next_job += 1
+        handler = self.store_handler if kind == "store" else self.load_handler
+        handler.fail_next = fail
+        assert self.worker.transfer_async(job, spec) == (fail == "ok")
+        self.jobs[job] = (kind, keys, blocks, versions)
+
+    @rule()
+    def collect(self) -> None:
+        for result in self.worker.get_finished():
+            self.finish(result)
+
+    @precondition(lambda self: bool(self.jobs))
+    @rule(data=st.data())
+    def wait_for_some(self, data: st.DataObject) -> None:
+        self.worker.wait(data.draw(st.lists(st.sampled_from(sorted(self.jobs)), min_size=1)))
+        self.collect()
+
+    def finish(self, result: TransferResult) -> None:
+        kind, keys, blocks, versions = self.jobs.pop(result.job_id)
+        if kind == "store":
+            if result.success:  # known before the call: it may cascade at once
+                for key, version in zip(keys, versions):
+                    self.model.ready[key] = version
+            self.manager.complete_store(keys, CTX, success=result.success)
+        else:
+            if result.success:
+                gpu = self.caches.tensors[0].tensor
+                for position, (key, version) in enumerate(zip(keys, versions)):
+                    for sub in range(self.factor):
+                        got = gpu[blocks[position * self.factor + sub]].cpu()
+                        assert torch.equal(got, self.row(key, version, sub)), (
+                            f"GPU load of {key!r} v{version} sub-block {sub}: wrong bytes"
+                        )
+                self.loads_checked += 1
+            self.manager.complete_load(keys, CTX)
+            for key in keys:
+                self.loading[key] -= 1
+                if not self.loading[key]:
+                    del self.loading[key]
+        self.free_gpu += blocks
+
+    @rule(picks=st.lists(st.integers(0, NUM_HASHES - 1), min_size=1, max_size=4))
+    def lookup(self, picks: list[int]) -> None:
+        """A scheduler's lookup: may start promotions (and evict for them)."""
+        chain = list(dict.fromkeys(self.keys[h] for h in picks))
+        pinned = self.pinned()
+        found = self.manager.lookup_prefix(chain, CTX)
+        self.forget_evicted(pinned)
+        for key in chain:
+            if self.manager.is_promoting(key):
+                self.promoting.add(key)
+                assert key in self.model.tier, f"promotion of {key!r}, not in the tier"
+        if found is not None:
+            assert all(k in self.model.ready for k in chain[:found])
+            assert found == len(chain) or chain[found] not in self.model.ready
+        assert self.manager.promotions_in_flight <= self.max_promotions
+
+    def tier_only(self) -> list[OffloadKey]:
+        return sorted(k for k in self.model.tier if k not in self.model.ready)
+
+    @precondition(lambda self: bool(self.tier_only()))
+    @rule(data=st.data())
+    def lookup_tier_only_keys(self, data: st.DataObject) -> None:
+        """A request whose prefix the tier holds and the primary lost."""
+        chain = data.draw(st.lists(st.sampled_from(self.tier_only()), min_size=1,
+                                   max_size=4, unique=True))
+        self.lookup([self.keys.index(k) for k in chain])
+
+    @precondition(lambda self: any(q.job.is_promotion for q in self.memory_tier()._queue))
+    @rule(data=st.data(), die=st.booleans())
+    def tier_fails_a_promotion(self, data: st.DataObject, die: bool) -> None:
+        job = data.draw(st.sampled_from([q.job for q in self.memory_tier()._queue if q.job.is_promotion]))
+        self.fail_tier_job(job, data.draw(st.lists(st.sampled_from(job.keys), unique=True)), die)
+
+    @rule(tier_runs=st.booleans())
+    def step_end(self, tier_runs: bool) -> None:
+        self.manager.on_schedule_end()
+        if tier_runs:  # a fast tier: the step's jobs are done by the next poll
+            self.memory_tier().run_jobs()
+            self.manager.poll()
+        self.settle_promotions()
+
+    @rule(
+        picks=st.lists(st.integers(0, NUM_HASHES - 1), min_size=1, max_size=4),
+        first_fails=st.sampled_from(["no", "in part", "dying"]),
+    )
+    def lookup_until_promoted(self, picks: list[int], first_fails: str) -> None:
+        """A request asking again each step until its promotions landed;
+        the first step's promotions may fail (keeping their first key) or
+        die mid-copy."""
+        for step in range(3):
+            self.lookup(picks)
+            if step == 0 and first_fails != "no":
+                self.manager.on_schedule_end()
+                for queued in [q.job for q in self.memory_tier()._queue if q.job.is_promotion]:
+                    self.fail_tier_job(queued, list(queued.keys[:1]), first_fails == "dying")
+                self.manager.poll()
+                self.settle_promotions()
+            else:
+                self.step_end(True)
+
+    @rule()
+    def poll(self) -> None:
+        self.manager.poll()
+        self.settle_promotions()
+
+    @precondition(lambda self: self.memory_tier().jobs_queued > 0)
+    @rule(count=st.integers(1, 3))
+    def tier_runs(self, count: int) -> None:
+        self.memory_tier().run_jobs(count)
+
+    @precondition(lambda self: self.memory_tier().jobs_queued > 0)
+    @rule(data=st.data(), die=st.booleans())
+    def tier_fails(self, data: st.DataObject, die: bool) -> None:
+        queued = data.draw(st.sampled_from([q.job for q in self.memory_tier()._queue]))
+        self.fail_tier_job(queued, data.draw(st.lists(st.sampled_from(queued.keys), unique=True)),
+                           die)
+
+    def fail_tier_job(self, queued: TierJob, keep: list[OffloadKey], die: bool) -> None:
+        if queued.is_promotion and die:
+            self.memory_tier().die_mid_load(queued.job_id, keep)
+        else:
+            present = [k for k in keep if k in self.memory_tier()]
+            self.memory_tier().fail_job(queued.job_id, keep)
+            if queued.is_promotion:
+                for key in present:
+                    self.model.promoted[key] = self.model.tier[key]
+
+    @rule(picks=st.lists(st.integers(0, NUM_HASHES - 1), min_size=1, max_size=3))
+    def tier_evicts(self, picks: list[int]) -> None:
+        for key in self.memory_tier().evict([self.keys[h] for h in picks]):
+            del self.model.tier[key]
+
+    @rule(picks=st.lists(st.integers(0, NUM_HASHES - 1), max_size=3))
+    def touch(self, picks: list[int]) -> None:
+        self.manager.touch([self.keys[h] for h in picks], CTX)
+
+    def quiesce(self) -> None:
+        self.worker.wait(list(self.jobs))
+        self.collect()
+        assert not self.jobs
+
+    @rule()
+    def reset(self) -> None:
+        self.quiesce()
+        self.manager.reset_cache()  # drains the tier first
+        assert not self.tier.has_pending_work() and self.manager.jobs_in_flight == 0
+        self.settle_promotions_after_reset()
+        self.model.ready.clear()
+
+    def settle_promotions_after_reset(self) -> None:
+        # reset took every result (a carried promotion became ready, then
+        # was reset) and dropped promotions never submitted
+        self.promoting.clear()
+        self.model.promoted.clear()
+
+    @rule()
+    def restart(self) -> None:
+        """The engine stops and starts again: the tier is closed, reopened
+        over the same contents and put under a fresh manager."""
+        self.quiesce()
+        self.manager.reset_cache()
+        self.settle_promotions_after_reset()
+        self.manager.take_events()
+        self.manager.shutdown()
+        assert self.memory_tier().closed
+        reopened = WitnessedTier(self.tier_blocks, self.view, self.model)
+        reopened._chunks.update(self.memory_tier()._chunks)  # what a file tier finds
+        self.tier = reopened
+        self.manager = self.new_manager()
+        self.model.ready.clear()
+        self.announced.clear()
+        self.tier_announced = set(self.memory_tier().keys())
+
+    # ----------------------------------------------------------- invariants
+
+    @invariant()
+    def the_primary_agrees_with_the_model(self) -> None:
+        for key in self.keys:
+            assert self.manager.primary.lookup(key, CTX) == (key in self.model.ready), key
+
+    @invariant()
+    def every_ready_slot_holds_the_bytes_last_stored(self) -> None:
+        for key, version in self.model.ready.items():
+            slot = self.manager.slot_of(key)
+            assert slot is not None
+            for sub in range(self.factor):
+                assert torch.equal(
+                    self.cpu[slot * self.factor + sub], self.row(key, version, sub)
+                ), f"CPU slot {slot} of {key!r} v{version}, sub-block {sub}"
+
+    @invariant()
+    def every_tier_chunk_holds_the_bytes_cascaded_into_it(self) -> None:
+        assert set(self.memory_tier().keys()) == set(self.model.tier)
+        for key, version in self.model.tier.items():
+            want = b"".join(
+                self.row(key, version, sub).numpy().tobytes() for sub in range(self.factor)
+            )
+            assert self.memory_tier().chunk(key) == want, f"tier chunk of {key!r} v{version}"
+
+    def apply_events(self) -> None:
+        for event in self.manager.take_events():
+            target = self.announced if event.medium == "CPU" else self.tier_announced
+            if event.removed:
+                target -= set(event.keys)
+            else:
+                target |= set(event.keys)
+
+    @invariant()
+    def events_describe_both_tiers(self) -> None:
+        self.apply_events()
+        assert self.announced == set(self.model.ready)
+        assert self.tier_announced == set(self.model.tier)
+
+    def teardown(self) -> None:
+        self.worker.shutdown()
+
+
+SETTINGS = settings(
+    max_examples=100,
+    stateful_step_count=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+
+
+class WriteThrough(TieredIntegrityMachine):
+    pass
+
+
+class WriteBackOnePromotion(TieredIntegrityMachine):
+    cascade = "write-back"
+    max_promotions = 1
+    tier_blocks = 4
+
+
+TestTieredIntegrityWriteThrough = WriteThrough.TestCase
+TestTieredIntegrityWriteThrough.settings = SETTINGS
+TestTieredIntegrityWriteBack = WriteBackOnePromotion.TestCase
+TestTieredIntegrityWriteBack.settings = SETTINGS
+
+
+class CudaWriteThrough(TieredIntegrityMachine):
+    device = "cuda"
+
+
+TestTieredIntegrityCuda = pytest.mark.gpu(
+    pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device")(CudaWriteThrough.TestCase)
+)
+TestTieredIntegrityCuda.settings = SETTINGS
+
+
+# --- the file tier ------------------------------------------------------------
+
+
+class WitnessedFileTier(FileSystemTier):
+    """The real :class:`FileSystemTier`, telling the model which version of
+    each key every cascade carried (read from the pinned primary slot's
+    owner at submit)."""
+
+    model: Model
+    cascaded: dict[OffloadKey, set[int]]
+
+    def submit_store(self, job: TierJobLike) -> None:
+        for key in job.keys:
+            assert key in self.model.ready, f"cascade of {key!r}, not ready in the primary"
+            self.cascaded.setdefault(key, set()).add(self.model.ready[key])
+        super().submit_store(job)
+
+
+class FileTierIntegrityMachine(TieredIntegrityMachine):
+    """The same machine over the real file tier: its copies run on its own
+    threads (so promotions truly race GPU loads and stores), chunk files
+    are damaged on disk, and the tier is closed and reopened on the same
+    directory. A chunk read back must be a version that was cascaded under
+    its key; a damaged chunk must never become a hit."""
+
+    tier_blocks = 6
+
+    def __init__(self) -> None:
+        # tmpfs when there is one: the tier makes 256 fan-out directories
+        # per example, which a disk file system creates and removes slowly
+        shm = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+        self.directory = tempfile.mkdtemp(prefix="kvoffload-tiered-", dir=shm)
+        self.cascaded: dict[OffloadKey, set[int]] = {}
+        self.damaged: set[OffloadKey] = set()
+        super().__init__()
+
+    def make_tier(self) -> MemoryTier | FileSystemTier:
+        tier = WitnessedFileTier(
+            self.directory, self.tier_blocks, self.view, num_threads=2,
+            enable_events=True, medium="TIER",
+        )
+        tier.model = self.model
+        tier.cascaded = self.cascaded
+        return tier
+
+    def file_tier(self) -> FileSystemTier:
+        assert isinstance(self.tier, FileSystemTier)
+        return self.tier
+
+    def tier_version(self, key: OffloadKey, data: bytes) -> int | None:
+        for version in sorted(self.cascaded.get(key, ())):
+            if data == self.chunk_bytes(key, version):
+                return version
+        return None
+
+    def chunk_bytes(self, key: OffloadKey, version: int) -> bytes:
+        return b"".join(
+            self.row(key, version, sub).numpy().tobytes() for sub in range(self.factor)
+        )
+
+    def settle_promotions(self) -> None:
+        for key in list(self.promoting):
+            if self.manager.is_promoting(key):
+                continue
+            self.promoting.discard(key)
+            if not self.manager.primary.lookup(key, CTX):
+                continue  # failed (a damaged or evicted chunk): a miss
+            assert key not in self.damaged, f"damaged chunk of {key!r} became a hit"
+            slot = self.manager.slot_of(key)
+            assert slot is not None
+            data = self.cpu[slot * self.factor:(slot + 1) * self.factor].numpy().tobytes()
+            version = self.tier_version(key, data)
+            assert version is not None, f"promotion of {key!r} delivered bytes never cascaded"
+            self.model.ready[key] = version
+
+    # the memory tier's hand-run rules do not apply to a threaded tier
+    tier_runs = None  # type: ignore[assignment]
+    tier_fails = None  # type: ignore[assignment]
+    tier_fails_a_promotion = None  # type: ignore[assignment]
+    tier_evicts = None  # type: ignore[assignment]
+    lookup_tier_only_keys = None  # type: ignore[assignment]
+
+    def tier_only(self) -> list[OffloadKey]:
+        stored = self.file_tier().stored_keys()
+        return sorted(k for k in stored if k not in self.model.ready)
+
+    @precondition(lambda self: bool(self.tier_only()))
+    @rule(data=st.data())
+    def lookup_keys_on_disk(self, data: st.DataObject) -> None:
+        chain = data.draw(st.lists(st.sampled_from(self.tier_only()), min_size=1,
+                                   max_size=4, unique=True))
+        self.lookup([self.keys.index(k) for k in chain])
+
+    @rule(tier_runs=st.booleans())
+    def step_end(self, tier_runs: bool) -> None:
+        self.manager.on_schedule_end()
+        if tier_runs:
+            self.tier.drain_jobs()
+            self.manager.poll()
+        self.settle_promotions()
+
+    @rule(
+        picks=st.lists(st.integers(0, NUM_HASHES - 1), min_size=1, max_size=4),
+        first_fails=st.just("no"),
+    )
+    def lookup_until_promoted(self, picks: list[int], first_fails: str) -> None:
+        for _ in range(3):
+            self.lookup(picks)
+            self.step_end(True)
+
+    @rule(picks=st.lists(st.integers(0, NUM_HASHES - 1), min_size=1, max_size=4))
+    def lookup(self, picks: list[int]) -> None:
+        chain = list(dict.fromkeys(self.keys[h] for h in picks))
+        pinned = self.pinned()
+        found = self.manager.lookup_prefix(chain, CTX)
+        self.forget_evicted(pinned)
+        for key in chain:
+            if self.manager.is_promoting(key):
+                self.promoting.add(key)
+        if found is not None:
+            assert all(k in self.model.ready for k in chain[:found])
+        assert self.manager.promotions_in_flight <= self.max_promotions
+
+    @rule(data=st.data())
+    def damage_a_chunk_file(self, data: st.DataObject) -> None:
+        """Flip bytes of a stored chunk's file (same length)."""
+        self.tier.drain_jobs()  # not under a copy in progress
+        stored = sorted(self.file_tier().stored_keys())
+        if not stored:
+            return
+        key = data.draw(st.sampled_from(stored))
+        path = self.file_tier().path_of(key)
+        if path is None:
+            return
+        raw = bytearray(path.read_bytes())
+        raw[len(raw) // 2] ^= 0xFF
+        path.write_bytes(bytes(raw))
+        self.damaged.add(key)
+
+    @rule()
+    def restart(self) -> None:
+        self.quiesce()
+        self.manager.reset_cache()
+        self.settle_promotions_after_reset()
+        self.manager.take_events()
+        before = self.file_tier().stored_keys()
+        self.manager.shutdown()
+        self.tier = self.make_tier()
+        assert self.file_tier().stored_keys() == before, "reopened tier lost chunks"
+        self.manager = self.new_manager()
+        self.model.ready.clear()
+        self.announced.clear()
+        self.tier_announced = set(before)
+
+    @invariant()
+    def every_tier_chunk_holds_the_bytes_cascaded_into_it(self) -> None:
+        tier = self.file_tier()
+        for key in tier.stored_keys():
+            assert key in self.cascaded, f"{key!r} on disk, never cascaded"
+            path = tier.path_of(key)
+            if path is None or key in self.damaged:
+                continue
+            try:
+                data = path.read_bytes()
+            except FileNotFoundError:  # evicted meanwhile by a pool thread
+                continue
+            assert self.tier_version(key, data) is not None, f"file of {key!r}"
+
+    @invariant()
+    def events_describe_both_tiers(self) -> None:
+        self.apply_events()
+        assert self.announced == set(self.model.ready)
+        if not self.tier.has_pending_work():
+            self.apply_events()  # nothing runs: the tier's events are all in
+            assert self.tier_announced == set(self.file_tier().stored_keys())
+
+    def teardown(self) -> None:
+        try:
+            self.manager.shutdown()
+        finally:
+            super().teardown()
+            shutil.rmtree(self.directory, ignore_errors=True)
+
+
+FILE_SETTINGS = settings(SETTINGS, max_examples=25)
+
+
+class FileTierWriteThrough(FileTierIntegrityMachine):
+    pass
+
+
+class FileTierWriteBack(FileTierIntegrityMachine):
+    cascade = "write-back"
+    max_promotions = 1
+
+
+TestTieredIntegrityFileTier = FileTierWriteThrough.TestCase
+TestTieredIntegrityFileTier.settings = FILE_SETTINGS
+TestTieredIntegrityFileTierWriteBack = FileTierWriteBack.TestCase
+TestTieredIntegrityFileTierWriteBack.settings = FILE_SETTINGS
