@@ -358,9 +358,6 @@ _STUBS: dict[str, Callable[[types.ModuleType], None]] = {
     "vllm.v1.core.kv_cache_utils": _stub_kv_cache_utils,
     "vllm.distributed.kv_events": _stub_kv_events,
     "vllm.distributed.kv_transfer.kv_connector.v1.offloading.metrics": _stub_metrics,
-    "vllm.distributed.kv_transfer.kv_connector.v1.offloading.canonical_mapping": (
-        _stub_canonical_mapping
-    ),
     "vllm.utils.math_utils": _stub_math_utils,
     "vllm.v1.kv_hints": _stub_kv_hints,
     "vllm.v1.metrics.cache_hit_source": _stub_cache_hit_source,

@@ -182,6 +182,15 @@ def profile_from_args(args: argparse.Namespace) -> Profile:
     return with_overrides(profile, args.typed_errors, args.reset)
 
 
+def target_profile(target: BuiltinTarget, args: argparse.Namespace, profile: Profile) -> Profile:
+    """The profile ``target`` is audited under: its own (a built-in tiered
+    target's), with ``--no-typed-errors``/``--no-reset`` applied, unless
+    ``--profile`` names one; else ``profile``."""
+    if target.profile is None or args.profile is not None:
+        return profile
+    return with_overrides(target.profile, args.typed_errors, args.reset)
+
+
 def targets_from_args(args: argparse.Namespace) -> list[tuple[BuiltinTarget, str | None]]:
     """The (target, import path) pairs the arguments name."""
     if args.target is None:
@@ -404,7 +413,7 @@ def run(args: argparse.Namespace) -> int:
             progress.wrap(target.factory),
             policy=target.policy,
             reuse_filter=target.reuse_filter,
-            profile=profile,
+            profile=target_profile(target, args, profile),
             max_examples=args.examples,
             stateful_step_count=args.steps,
             seed=args.seed,
