@@ -404,8 +404,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"kvoffload audit: error: {error}", file=sys.stderr)
         return 2
     reports: list[AuditReport] = []
-    budget = args.examples if args.examples is not None else DEFAULT_EXAMPLES
     for target, import_path in targets:
+        examples = args.examples if args.examples is not None else target.examples
+        budget = examples if examples is not None else DEFAULT_EXAMPLES
         label = target.policy + ("+filter" if target.reuse_filter is not None else "")
         print(f"auditing {target.name} [{label}] ...", end=" ", flush=True)
         progress = Progress(f"{target.name} [{label}]", budget)
@@ -414,7 +415,7 @@ def run(args: argparse.Namespace) -> int:
             policy=target.policy,
             reuse_filter=target.reuse_filter,
             profile=target_profile(target, args, profile),
-            max_examples=args.examples,
+            max_examples=budget,
             stateful_step_count=args.steps,
             seed=args.seed,
             name=target.name,

@@ -137,8 +137,9 @@ def test_memory_tier_targets_pass_at_the_default_budget(
     made: list[Any] = []
 
     def counted(num_blocks: int) -> OffloadingManager:
-        made.append(factory(num_blocks))
-        return made[-1]
+        manager = factory(num_blocks)
+        made.append(manager)
+        return manager
 
     report = audit(counted, policy="lru", profile=profile, seed=seed)
     assert report.passed, report.render()
