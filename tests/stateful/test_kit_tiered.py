@@ -283,3 +283,49 @@ def test_correct_manager_passes_where_the_defects_fail() -> None:
 
     report = audit(correct, policy="lru", profile=TIERED, seed=0)
     assert report.passed, report.render()
+
+
+# --- the options beyond the presets ------------------------------------------------
+
+
+class ResultAnswers(TieredOffloadingManager):
+    """Answers ``lookup`` in vLLM 0.33's words (``lookup_result``)."""
+
+    def lookup(self, key: OffloadKey, req_context: ReqContext) -> Any:
+        return self.lookup_result(key, req_context)
+
+
+def _over(cls: type[TieredOffloadingManager], policy: str, tiers: int,
+          bound: int | None) -> Factory:
+    def factory(num_blocks: int) -> OffloadingManager:
+        primary = CPUOffloadingManager(16, num_blocks, policy, enable_events=True)
+        return cls(primary, [_tier() for _ in range(tiers)], max_promotions_in_flight=bound)
+
+    return factory
+
+
+@pytest.mark.parametrize(
+    ("factory", "policy", "profile"),
+    [
+        (_over(TieredOffloadingManager, "arc", 1, 2), "arc", TIERED),
+        (_over(ResultAnswers, "lru", 1, 2), "lru",
+         Profile(name="t", lookup_answer=LookupAnswer.RESULT, secondary_tiers=1,
+                 max_promotions_in_flight=2)),
+        (_over(TieredOffloadingManager, "lru", 2, 3), "lru",
+         Profile(name="t", secondary_tiers=2, max_promotions_in_flight=3)),
+        (_over(TieredOffloadingManager, "lru", 1, None), "lru",
+         Profile(name="t", secondary_tiers=1)),
+    ],
+    ids=["arc", "result-answers", "two-tiers", "default-bound"],
+)
+def test_tiered_options_pass(factory: Factory, policy: str, profile: Profile) -> None:
+    report = audit(factory, policy=policy, profile=profile, seed=1, max_examples=200)
+    assert report.passed, report.render()
+
+
+def test_a_wrong_bound_in_the_profile_is_caught() -> None:
+    """The bound is part of the answers: a profile naming another one fails."""
+    profile = Profile(name="t", secondary_tiers=1, max_promotions_in_flight=3)
+    report = audit(tiered_memory, policy="lru", profile=profile, seed=0)
+    assert not report.passed
+    assert report.invariant in {Invariant.LOOKUP, Invariant.LIFECYCLE}, report.render()
