@@ -183,10 +183,11 @@ def profile_from_args(args: argparse.Namespace) -> Profile:
 
 
 def target_profile(target: BuiltinTarget, args: argparse.Namespace, profile: Profile) -> Profile:
-    """The profile ``target`` is audited under: its own (a built-in tiered
-    target's), with ``--no-typed-errors``/``--no-reset`` applied, unless
-    ``--profile`` names one; else ``profile``."""
-    if target.profile is None or args.profile is not None:
+    """The profile ``target`` is audited under: its own when it has one (a
+    built-in tiered row's: its answers are defined by it, whatever
+    ``--profile`` says), with ``--no-typed-errors``/``--no-reset`` applied;
+    else ``profile``."""
+    if target.profile is None:
         return profile
     return with_overrides(target.profile, args.typed_errors, args.reset)
 

@@ -140,7 +140,7 @@ def tiered_fs_write_back(num_blocks: int) -> OffloadingManager:
 @attrs.frozen
 class BuiltinTarget:
     """One row of the default audit. ``profile``: the conventions the
-    target keeps, when not the audit's (``--profile``) own. ``examples``:
+    target keeps, in place of the audit's (``--profile``) own. ``examples``:
     the row's budget when ``--examples`` gives none (None: the audit's
     default)."""
 
