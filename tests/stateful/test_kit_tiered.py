@@ -11,6 +11,7 @@ failure naming the rule it breaks and replaying from its script.
 from __future__ import annotations
 
 import os
+import random
 from collections.abc import Callable
 from typing import Any
 
@@ -21,10 +22,10 @@ from kvoffload.impl.memtier import MemoryTier
 from kvoffload.impl.tiered import TieredOffloadingManager
 from kvoffload.spec.contract import LookupResult, OffloadingManager, ReqContext
 from kvoffload.spec.errors import IllegalTransitionError
-from kvoffload.spec.invariants import Invariant
+from kvoffload.spec.invariants import Invariant, Step, check_step, table_calls
 from kvoffload.spec.keys import OffloadKey, make_offload_key
-from kvoffload.spec.lifecycle import ABSENT, PENDING, READY, Phase
-from kvoffload.spec.model import ManagerModel
+from kvoffload.spec.lifecycle import ABSENT, PENDING, READY, Call, Phase
+from kvoffload.spec.model import Lookup, LookupPrefix, ManagerModel
 from kvoffload.spec.profile import (
     TIERED,
     TIERED_WRITE_BACK,
@@ -34,6 +35,8 @@ from kvoffload.spec.profile import (
 )
 from kvoffload.stateful import audit
 from kvoffload.stateful.auditing import DEFAULT_EXAMPLES
+from kvoffload.stateful.harness import Harness, KitConfig
+from kvoffload.stateful.swarm import draw_plan, run_plan
 from kvoffload.stateful.targets import (
     BUILTIN_TARGETS,
     BUILTIN_TIER_TARGETS,
@@ -323,9 +326,51 @@ def test_tiered_options_pass(factory: Factory, policy: str, profile: Profile) ->
     assert report.passed, report.render()
 
 
+def test_a_write_through_manager_under_the_write_back_profile_is_caught() -> None:
+    """The cascade mode shows at a reset (write-back batches are dropped)."""
+    report = audit(tiered_memory, policy="lru", profile=TIERED_WRITE_BACK, seed=0)
+    assert not report.passed
+    assert report.invariant in {Invariant.LOOKUP, Invariant.LIFECYCLE}, report.render()
+    assert "reset_cache" in (report.script or "")
+
+
 def test_a_wrong_bound_in_the_profile_is_caught() -> None:
     """The bound is part of the answers: a profile naming another one fails."""
     profile = Profile(name="t", secondary_tiers=1, max_promotions_in_flight=3)
     report = audit(tiered_memory, policy="lru", profile=profile, seed=0)
     assert not report.passed
     assert report.invariant in {Invariant.LOOKUP, Invariant.LIFECYCLE}, report.render()
+
+
+@pytest.mark.parametrize(
+    ("factory", "profile"),
+    [(tiered_memory, TIERED), (tiered_memory_write_back, TIERED_WRITE_BACK)],
+    ids=["write-through", "write-back"],
+)
+def test_tiered_steps_keep_the_step_invariants(factory: Factory, profile: Profile) -> None:
+    """Every step of tiered runs follows the lifecycle table (a promotion is
+    a PREPARE_STORE, its victims EVICTs, a cascade one PREPARE_LOAD per
+    tier, the step's end their completions) and the other step invariants."""
+    config = KitConfig(factory, policy="lru", profile=profile, max_blocks=6, num_keys=12)
+    found: list[str] = []
+    promotions = 0
+
+    def observe(before: Any, op: Any, after: Any) -> None:
+        nonlocal promotions
+        result = op.apply_to(before)[1]
+        step = Step(before, op, after, result)
+        found.extend(f"{op!r}: {v}" for v in check_step(step))
+        promotions += sum(Call.PREPARE_STORE in table_calls(step, k) and
+                          isinstance(op, (Lookup, LookupPrefix)) for k in after.blocks)
+
+    for index in range(150):
+        rng = random.Random(index)
+        plan = draw_plan(rng, config, 60)
+        harness = Harness(config, plan.num_blocks)
+        harness.observer = observe
+        try:
+            run_plan(harness, plan, rng)
+        finally:
+            harness.close()
+    assert found == []
+    assert promotions >= 5
