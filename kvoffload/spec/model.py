@@ -658,12 +658,18 @@ class ManagerModel:
         the conventions of ``profile``.
 
         Raises :class:`ConfigurationError` for ``num_blocks < 1``,
-        ``block_size < 1`` or an unknown policy name.
+        ``block_size < 1``, a negative ``secondary_tiers`` or
+        ``max_promotions_in_flight`` or an unknown policy name.
         """
         if num_blocks < 1:
             raise ConfigurationError(f"num_blocks must be >= 1, got {num_blocks}")
         if block_size < 1:
             raise ConfigurationError(f"block_size must be >= 1, got {block_size}")
+        if profile.secondary_tiers < 0 or profile.max_promotions_in_flight < 0:
+            raise ConfigurationError(
+                "secondary_tiers and max_promotions_in_flight must be >= 0, got "
+                f"{profile.secondary_tiers} and {profile.max_promotions_in_flight}"
+            )
         model = policy if not isinstance(policy, str) else make_policy(policy, num_blocks, profile)
         return cls(
             num_blocks=num_blocks,

@@ -21,7 +21,7 @@ from kvoffload.impl.manager import CPUOffloadingManager
 from kvoffload.impl.memtier import MemoryTier
 from kvoffload.impl.tiered import TieredOffloadingManager
 from kvoffload.spec.contract import LookupResult, OffloadingManager, ReqContext
-from kvoffload.spec.errors import IllegalTransitionError
+from kvoffload.spec.errors import ConfigurationError, IllegalTransitionError
 from kvoffload.spec.invariants import Invariant, Step, check_step, table_calls
 from kvoffload.spec.keys import OffloadKey, make_offload_key
 from kvoffload.spec.lifecycle import ABSENT, PENDING, READY, Call, Phase
@@ -109,6 +109,16 @@ def test_model_result_answers_and_write_back_reset() -> None:
     model = _stored(model, K[0]).schedule_end()[0]  # submitted at the step's end
     model = _stored(model, K[1]).schedule_end()[0]
     assert model.lookup(K[0])[1] is LookupResult.HIT_PENDING
+
+
+@pytest.mark.parametrize(
+    "profile",
+    [Profile(name="t", secondary_tiers=-1), Profile(name="t", max_promotions_in_flight=-1)],
+    ids=["secondary_tiers", "max_promotions_in_flight"],
+)
+def test_negative_tier_options_are_refused(profile: Profile) -> None:
+    with pytest.raises(ConfigurationError):
+        ManagerModel.create(2, "lru", profile=profile)
 
 
 def test_presets_are_named() -> None:
