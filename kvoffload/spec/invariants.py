@@ -44,16 +44,20 @@ import attrs
 
 from kvoffload.spec.errors import OffloadingError
 from kvoffload.spec.keys import OffloadKey
+from kvoffload.spec.lifecycle import READY as READY_PHASE
 from kvoffload.spec.lifecycle import Call, Phase, PhaseKind
 from kvoffload.spec.lifecycle import apply as apply_call
 from kvoffload.spec.model import (
     CompleteStore,
+    Lookup,
+    LookupPrefix,
     ManagerModel,
     Operation,
     PrepareLoad,
     PrepareStore,
     ResetCache,
     Result,
+    ScheduleEnd,
     StoreResult,
     TakeEvents,
     dedup,
@@ -178,8 +182,37 @@ def events_consistent(state: State) -> Violation | None:
 
 def table_calls(step: Step, key: OffloadKey) -> list[Call]:
     """The lifecycle-table calls ``step`` makes on ``key``, in order: what
-    :func:`follows_table` replays, and what a coverage count tallies."""
-    return step.op.table_calls(step.before, step.result, key)
+    :func:`follows_table` replays, and what a coverage count tallies.
+    A tiered manager (profile ``secondary_tiers``) adds its own: a lookup's
+    promotion (PREPARE_STORE) and its victims (EVICT), a stored block's
+    cascade pins (PREPARE_LOAD, one per tier), and at ``on_schedule_end``
+    the promotions' COMPLETE_STORE and the cascades' COMPLETE_LOADs."""
+    calls = step.op.table_calls(step.before, step.result, key)
+    before = manager_of(step.before)
+    if before.tiered:
+        calls = calls + _tier_calls(step, before, manager_of(step.after), key)
+    return calls
+
+
+def _tier_calls(
+    step: Step, before: ManagerModel, after: ManagerModel, key: OffloadKey
+) -> list[Call]:
+    op = step.op
+    if isinstance(op, (Lookup, LookupPrefix)):
+        was, now = before.phase(key).kind, after.phase(key).kind
+        if was is PhaseKind.ABSENT and now is PhaseKind.PENDING:
+            return [Call.PREPARE_STORE]
+        if was is PhaseKind.READY and now is PhaseKind.ABSENT:
+            return [Call.EVICT]
+        return []
+    if isinstance(op, CompleteStore):
+        pins = after.cascade_pins(key) - before.cascade_pins(key)
+        return [Call.PREPARE_LOAD] * pins if pins > 0 else []
+    if isinstance(op, ScheduleEnd):
+        if key in before.promoting_keys():
+            return [Call.COMPLETE_STORE_OK]
+        return [Call.COMPLETE_LOAD] * before.cascade_pins(key)
+    return []
 
 
 def _mentioned(op: Operation) -> frozenset[OffloadKey]:
@@ -224,6 +257,8 @@ def only_ready_evicted(step: Step) -> Violation | None:
             continue
         if isinstance(result, StoreResult) and key in result.evicted:
             continue
+        if before.tiered and isinstance(op, (Lookup, LookupPrefix)) and was == READY_PHASE:
+            continue  # a READY victim of the promotion the lookup started
         return Violation(name, f"left the cache from {was} under {op!r}", key)
     return None
 
@@ -298,7 +333,10 @@ def events_taken(step: Step) -> Violation | None:
         return None
     if after.events[: len(before.events)] != before.events:
         return Violation(name, "a call changed events already queued")
-    if len(after.events) - len(before.events) > 1:
+    allowed = 1
+    if isinstance(step.op, ScheduleEnd):  # a tiered manager: one per promotion batch
+        allowed = max(1, len(before.promoting))
+    if len(after.events) - len(before.events) > allowed:
         return Violation(name, "a call queued more events than it may")
     return None
 

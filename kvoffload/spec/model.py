@@ -51,13 +51,14 @@ from __future__ import annotations
 import abc
 import enum
 import operator
+from collections import Counter
 from collections.abc import ItemsView, Iterable, Iterator, KeysView, Mapping, Sequence, ValuesView
 from typing import Any, ClassVar, Protocol, SupportsIndex, TypeVar, Union, overload
 
 import attrs
 
 from kvoffload.spec.contract import LookupResult, OffloadingEvent, require_success
-from kvoffload.spec.errors import ConfigurationError
+from kvoffload.spec.errors import ConfigurationError, IllegalTransitionError
 from kvoffload.spec.keys import (
     OffloadKey,
     get_offload_group_idx,
@@ -77,6 +78,7 @@ from kvoffload.spec.lifecycle import (
 from kvoffload.spec.policies import PolicyModel, make_policy
 from kvoffload.spec.profile import (
     DEFAULT,
+    Cascade,
     LookupAnswer,
     Profile,
     RecencyCommit,
@@ -180,8 +182,12 @@ class CallableModel(Protocol):
     ``ReuseFilterModel``): what an :class:`Operation` applies itself to.
     ``request`` names the request whose context a call carries."""
 
-    def lookup(self: M, key: OffloadKey) -> tuple[M, bool | LookupResult]: ...
-    def lookup_prefix(self: M, keys: Sequence[OffloadKey]) -> tuple[M, int]: ...
+    def lookup(
+        self: M, key: OffloadKey, *, request: int = ...
+    ) -> tuple[M, bool | LookupResult | None]: ...
+    def lookup_prefix(
+        self: M, keys: Sequence[OffloadKey], *, request: int = ...
+    ) -> tuple[M, int | None]: ...
     def prepare_store(
         self: M,
         keys: Sequence[OffloadKey],
@@ -191,7 +197,7 @@ class CallableModel(Protocol):
         request: int = ...,
     ) -> tuple[M, StoreResult | None]: ...
     def complete_store(
-        self: M, keys: Sequence[OffloadKey], success: bool = ...
+        self: M, keys: Sequence[OffloadKey], success: bool = ..., *, request: int = ...
     ) -> tuple[M, None]: ...
     def prepare_load(
         self: M, keys: Sequence[OffloadKey], *, request: int = ...
@@ -308,7 +314,7 @@ class Lookup(Operation):
         return self.request
 
     def apply_to(self, model: M) -> tuple[M, Result]:
-        return model.lookup(self.key)
+        return model.lookup(self.key, request=self.request)
 
     def call(self, manager: Any, ctx: Any) -> object:
         return manager.lookup(self.key, ctx)
@@ -323,7 +329,7 @@ class LookupPrefix(KeyListOperation):
     answer = Answer.PREFIX
 
     def apply_to(self, model: M) -> tuple[M, Result]:
-        return model.lookup_prefix(self.keys)
+        return model.lookup_prefix(self.keys, request=self.request)
 
     def call(self, manager: Any, ctx: Any) -> object:
         return manager.lookup_prefix(list(self.keys), ctx)
@@ -373,7 +379,7 @@ class CompleteStore(KeyListOperation):
     method = "complete_store"
 
     def apply_to(self, model: M) -> tuple[M, Result]:
-        return model.complete_store(self.keys, self.success)
+        return model.complete_store(self.keys, self.success, request=self.request)
 
     def call(self, manager: Any, ctx: Any) -> object:
         return manager.complete_store(list(self.keys), ctx, self.success)
@@ -590,6 +596,21 @@ class RequestRecord:
 _NO_USE = RequestRecord()
 
 
+Batch = tuple[int, tuple[OffloadKey, ...]]
+"""A tiered manager's batch of keys for one request: ``(request, keys)``."""
+
+
+def _batched(batches: tuple[Batch, ...], request: int, keys: Sequence[OffloadKey]) -> tuple[
+    Batch, ...
+]:
+    """``batches`` with ``keys`` appended to ``request``'s batch (a new batch
+    last when the request has none): one tier job per request."""
+    for index, (owner, held) in enumerate(batches):
+        if owner == request:
+            return (*batches[:index], (owner, held + tuple(keys)), *batches[index + 1 :])
+    return (*batches, (request, tuple(keys)))
+
+
 def _fresh_slots(model: ManagerModel) -> tuple[int, ...]:
     return tuple(range(model.num_blocks))
 
@@ -612,6 +633,15 @@ class ManagerModel:
     events: tuple[OffloadingEvent, ...] = ()
     consumer_view: frozenset[OffloadKey] = frozenset()
     requests: FrozenMap[int, RequestRecord] = FrozenMap()
+    # --- a tiered manager's state (profile.secondary_tiers >= 1) ---
+    #: keys the secondary tiers hold (every block cascaded to them)
+    below: frozenset[OffloadKey] = frozenset()
+    #: promotions started and not yet completed: (request, keys) batches
+    promoting: tuple[Batch, ...] = ()
+    #: write-through cascades submitted and not yet taken
+    cascading: tuple[Batch, ...] = ()
+    #: write-back cascades batched until the step's end
+    write_back: tuple[Batch, ...] = ()
 
     @classmethod
     def create(
@@ -628,12 +658,18 @@ class ManagerModel:
         the conventions of ``profile``.
 
         Raises :class:`ConfigurationError` for ``num_blocks < 1``,
-        ``block_size < 1`` or an unknown policy name.
+        ``block_size < 1``, a negative ``secondary_tiers`` or
+        ``max_promotions_in_flight`` or an unknown policy name.
         """
         if num_blocks < 1:
             raise ConfigurationError(f"num_blocks must be >= 1, got {num_blocks}")
         if block_size < 1:
             raise ConfigurationError(f"block_size must be >= 1, got {block_size}")
+        if profile.secondary_tiers < 0 or profile.max_promotions_in_flight < 0:
+            raise ConfigurationError(
+                "secondary_tiers and max_promotions_in_flight must be >= 0, got "
+                f"{profile.secondary_tiers} and {profile.max_promotions_in_flight}"
+            )
         model = policy if not isinstance(policy, str) else make_policy(policy, num_blocks, profile)
         return cls(
             num_blocks=num_blocks,
@@ -682,6 +718,39 @@ class ManagerModel:
         ]
         return tuple(k for _, k in sorted(ready))
 
+    def ready_prefix(self, keys: Iterable[OffloadKey]) -> int:
+        """How many keys from the first are READY or LOADING."""
+        hits = 0
+        for key in keys:
+            if not self.phase(key).readable:
+                break
+            hits += 1
+        return hits
+
+    @property
+    def tiered(self) -> bool:
+        """Whether the profile describes a tiered manager."""
+        return self.profile.secondary_tiers > 0
+
+    def promoting_keys(self) -> frozenset[OffloadKey]:
+        """The keys being promoted (PENDING, not the caller's to complete)."""
+        return frozenset(k for _, keys in self.promoting for k in keys)
+
+    def cascade_pins(self, key: OffloadKey) -> int:
+        """How many of ``key``'s loads are a tiered manager's cascades (one
+        per tier while its copy is in flight), not the caller's."""
+        for batches in (self.cascading, self.write_back):
+            for _, keys in batches:
+                if key in keys:
+                    return self.profile.secondary_tiers
+        return 0
+
+    @property
+    def promotion_bound(self) -> int:
+        """The most keys a tiered manager promotes at once."""
+        bound = self.profile.max_promotions_in_flight
+        return bound if bound > 0 else max(1, self.num_blocks // 4)
+
     def new_keys(self, keys: Iterable[OffloadKey]) -> tuple[OffloadKey, ...]:
         """The offered keys a ``prepare_store`` would store: ABSENT, offer
         order, no repeats."""
@@ -689,12 +758,24 @@ class ManagerModel:
 
     # --- calls ------------------------------------------------------------
 
-    def lookup(self, key: OffloadKey) -> tuple[ManagerModel, bool | LookupResult]:
+    def lookup(
+        self, key: OffloadKey, *, request: int = 0
+    ) -> tuple[ManagerModel, bool | LookupResult | None]:
         """True iff ``key`` is READY or LOADING. Under a profile answering
         ``LookupAnswer.RESULT``: ``HIT`` (READY, LOADING), ``HIT_PENDING``
-        (PENDING) or ``MISS``."""
+        (PENDING) or ``MISS``.
+
+        A tiered manager (``profile.secondary_tiers``): an ABSENT key the
+        tiers hold starts a promotion (:meth:`_promote`) and answers None
+        (``HIT_PENDING``), as does a key being promoted; a promotion refused
+        (bound, no room) is a miss."""
         validate_offload_key(key)
         phase = self.phase(key)
+        if self.tiered and not phase.readable and (phase == ABSENT or key in self.promoting_keys()):
+            model, started = self._promote_run((key,), 0, request)
+            if self.profile.lookup_answer is LookupAnswer.BOOL:
+                return model, None if started else False
+            return model, LookupResult.HIT_PENDING if started else LookupResult.MISS
         if self.profile.lookup_answer is LookupAnswer.BOOL:
             return self, phase.readable
         if phase.readable:
@@ -733,14 +814,79 @@ class ManagerModel:
         policy = self.policy.touched(misses, frozenset()) if misses else self.policy
         return attrs.evolve(self, policy=policy, requests=self.requests.set(request, record))
 
-    def lookup_prefix(self, keys: Iterable[OffloadKey]) -> tuple[ManagerModel, int]:
-        """Length of the longest prefix of READY/LOADING keys."""
-        hits = 0
-        for key in validate_offload_keys(keys):
-            if not self.phase(key).readable:
-                break
-            hits += 1
-        return self, hits
+    def lookup_prefix(
+        self, keys: Iterable[OffloadKey], *, request: int = 0
+    ) -> tuple[ManagerModel, int | None]:
+        """Length of the longest prefix of READY/LOADING keys.
+
+        A tiered manager walks on past that prefix through the keys being
+        promoted, the READY/LOADING ones and the ABSENT ones the tiers hold,
+        up to the first key that is none of these (a GPU store in flight, a
+        key no tier holds); it starts the promotions of the ABSENT ones
+        (:meth:`_promote`) and answers None when a key on the way is being
+        promoted or a promotion started, else the ready prefix."""
+        listed = validate_offload_keys(keys)
+        hits = self.ready_prefix(listed)
+        if not self.tiered or hits == len(listed):
+            return self, hits
+        model, ask_again = self._promote_run(tuple(listed), hits, request)
+        return model, None if ask_again else hits
+
+    def _promote_run(
+        self, keys: tuple[OffloadKey, ...], start: int, request: int
+    ) -> tuple[ManagerModel, bool]:
+        """A tiered manager's walk of ``keys`` from ``start`` (see
+        :meth:`lookup_prefix`): the model with the promotions started, and
+        whether the caller must ask again."""
+        promoting = self.promoting_keys()
+        ask_again = False
+        wanted: dict[OffloadKey, None] = {}
+        end = start
+        for position in range(start, len(keys)):
+            key = keys[position]
+            if key in promoting:
+                ask_again = True
+            elif key not in wanted:
+                block = self.blocks.get(key)
+                if block is None:
+                    if key not in self.below:
+                        break  # no tier holds it
+                    wanted[key] = None
+                elif block.phase == PENDING:
+                    break  # a GPU store in flight: not readable yet
+            end = position + 1
+        if not wanted:
+            return self, ask_again
+        model, started = self._promote(keys[:end], tuple(wanted), request, len(promoting))
+        return model, ask_again or started
+
+    def _promote(
+        self,
+        prefix: tuple[OffloadKey, ...],
+        wanted: tuple[OffloadKey, ...],
+        request: int,
+        in_flight: int,
+    ) -> tuple[ManagerModel, bool]:
+        """Start promotions of the first ``wanted`` keys the bound allows:
+        one ``prepare_store`` of ``prefix`` up to the last of them (the
+        prefix's other keys are offered along, so they are protected from
+        its evictions); refused, a ``prepare_store`` up to the first of them
+        alone. The promoted keys are PENDING, batched per request until the
+        step's end. Returns whether any started."""
+        chosen = wanted[: max(0, self.promotion_bound - in_flight)]
+        if not chosen:
+            return self, False
+        model, result = self.prepare_store(
+            prefix[: prefix.index(chosen[-1]) + 1], request=request
+        )
+        if result is None and len(chosen) > 1:
+            chosen = chosen[:1]
+            model, result = model.prepare_store(
+                prefix[: prefix.index(chosen[0]) + 1], request=request
+            )
+        if result is None:
+            return model, False
+        return attrs.evolve(model, promoting=_batched(model.promoting, request, chosen)), True
 
     def prepare_store(
         self,
@@ -846,17 +992,41 @@ class ManagerModel:
         return model, StoreResult(new, taken, chosen)
 
     def complete_store(
-        self, keys: Iterable[OffloadKey], success: bool = True
+        self, keys: Iterable[OffloadKey], success: bool = True, *, request: int = 0
     ) -> tuple[ManagerModel, None]:
         """PENDING keys become READY (``success``, one ``stored`` event) or
         ABSENT (failure: slot freed, no trace); READY/LOADING keys: no-op.
 
         Raises :class:`IllegalTransitionError` for the first ABSENT key,
         :class:`InvalidArgumentError` when ``success`` is not a ``bool``.
-        """
+
+        A tiered manager: a key being promoted is illegal too (its tier job
+        completes it); the keys a success made READY are cascaded to every
+        tier, each tier's copy pinning them as a load does (LOADING, one pin
+        per tier) until the step's end."""
         require_success(success)
         call = Call.COMPLETE_STORE_OK if success else Call.COMPLETE_STORE_FAILED
         keys = dedup(validate_offload_keys(keys))
+        if self.tiered and self.promoting:
+            promoting = self.promoting_keys()
+            for key in keys:
+                if key in promoting:
+                    raise IllegalTransitionError(key, self.phase(key), call)
+        model, changed = self._complete_store(keys, success, call)
+        if not (self.tiered and success and changed):
+            return model, None
+        for _ in range(self.profile.secondary_tiers):
+            model = model.prepare_load(changed, request=request)[0]
+        if self.profile.cascade is Cascade.WRITE_THROUGH:
+            cascading = (*model.cascading, (request, changed))
+            return attrs.evolve(model, cascading=cascading, below=model.below | set(changed)), None
+        return attrs.evolve(model, write_back=_batched(model.write_back, request, changed)), None
+
+    def _complete_store(
+        self, keys: tuple[OffloadKey, ...], success: bool, call: Call
+    ) -> tuple[ManagerModel, tuple[OffloadKey, ...]]:
+        """``complete_store`` in the primary: the model and the keys whose
+        phase changed (PENDING ones)."""
         if self.profile.complete_store_ignores_absent:
             keys = tuple(key for key in keys if key in self.blocks)
         targets = {key: apply_call(key, self.phase(key), call)[0] for key in keys}
@@ -880,7 +1050,7 @@ class ManagerModel:
                 free_list=self.free_list + tuple(self.blocks[k].slot for k in changed),
                 policy=policy,
             )
-        return model, None
+        return model, changed
 
     def prepare_load(
         self, keys: Sequence[OffloadKey], *, request: int = 0
@@ -906,6 +1076,16 @@ class ManagerModel:
         Raises :class:`IllegalTransitionError` at the first occurrence that
         finds no load in flight, naming the phase found there."""
         keys = validate_offload_keys(keys)
+        if self.cascading or self.write_back:
+            for key, count in Counter(keys).items():
+                pins = self.cascade_pins(key)
+                if pins and self.phase(key).loads - pins < count:
+                    callers = self.phase(key).loads - pins
+                    seen = READY if callers <= 0 else self.phase(key)
+                    raise IllegalTransitionError(key, seen, Call.COMPLETE_LOAD)
+        return self._complete_load(keys)
+
+    def _complete_load(self, keys: Sequence[OffloadKey]) -> tuple[ManagerModel, None]:
         blocks = self._count_loads(keys, Call.COMPLETE_LOAD)
         # a block whose last load completes at its last occurrence in the call
         last = {key: i for i, key in enumerate(keys)}
@@ -924,17 +1104,23 @@ class ManagerModel:
     def reset_cache(self) -> tuple[ManagerModel, None]:
         """Every key ABSENT, every slot free (handed out ascending again), the
         policy emptied; one ``removed`` event for the READY/LOADING keys, in
-        ascending slot order.
+        ascending slot order. A tiered manager's tiers keep what they hold;
+        its batched promotions and write-back cascades are dropped.
 
         Illegal while a load is in flight (the slot it reads would go to the
         next store): raises :class:`IllegalTransitionError` naming the
         LOADING key of the lowest slot, and nothing changes — unless the
-        profile's ``reset_with_loads`` says the engine flushes such loads.
+        profile's ``reset_with_loads`` says the engine flushes such loads. A
+        tiered manager's cascade pins are not such loads: it drains its tiers
+        and releases them itself.
         """
         by_slot = sorted((b.slot, k) for k, b in self.blocks.items())
         if not self.profile.reset_with_loads:
             for _, key in by_slot:
-                apply_call(key, self.blocks[key].phase, Call.RESET)  # raises for LOADING
+                phase = self.blocks[key].phase
+                if self.tiered and phase.loads and phase.loads <= self.cascade_pins(key):
+                    continue
+                apply_call(key, phase, Call.RESET)  # raises for LOADING
         readable = [(s, k) for s, k in by_slot if self.blocks[k].phase.readable]
         events, view = self.events, self.consumer_view
         if self.profile.reset_announce is ResetAnnounce.ENGINE:
@@ -951,6 +1137,9 @@ class ManagerModel:
             consumer_view=view,
             policy=self.policy.cleared(),
             requests=FrozenMap((r, _NO_USE) for r in self.requests),
+            promoting=(),
+            cascading=(),
+            write_back=(),
         )
         return model, None
 
@@ -981,8 +1170,28 @@ class ManagerModel:
         return attrs.evolve(self, policy=policy, requests=self.requests.without([request])), None
 
     def schedule_end(self) -> tuple[ManagerModel, None]:
-        """``on_schedule_end``: no change."""
-        return self, None
+        """``on_schedule_end``: no change, but a tiered manager's poll point:
+        its batched jobs are submitted and every job's result is taken, tier
+        by tier in submission order (the first tier's: write-through
+        cascades, promotions, write-back cascades; the others': cascades).
+        A promotion's keys become READY (one ``stored`` event per request's
+        batch); a cascade releases its pins; the write-back keys are held
+        below from now on."""
+        if not (self.promoting or self.cascading or self.write_back):
+            return self, None
+        model = self
+        for tier in range(self.profile.secondary_tiers):
+            for _, keys in self.cascading:
+                model = model._complete_load(keys)[0]
+            if tier == 0:
+                for _, keys in self.promoting:
+                    model = model._complete_store(keys, True, Call.COMPLETE_STORE_OK)[0]
+            for _, keys in self.write_back:
+                model = model._complete_load(keys)[0]
+        below = model.below.union(*(keys for _, keys in self.write_back))
+        return attrs.evolve(
+            model, promoting=(), cascading=(), write_back=(), below=below
+        ), None
 
     def apply(self, op: Operation) -> tuple[ManagerModel, Result]:
         """Perform the call ``op`` describes."""
@@ -1012,6 +1221,7 @@ class ManagerModel:
 
 __all__ = [
     "Answer",
+    "Batch",
     "Block",
     "CallableModel",
     "CompleteLoad",

@@ -86,6 +86,18 @@ class ResetAnnounce(enum.Enum):
     ENGINE = "engine"
 
 
+class Cascade(enum.Enum):
+    """When a tiered manager submits a stored block's copy to its tiers
+    (``Profile.secondary_tiers >= 1``). Both modes pin the block at
+    ``complete_store`` until the copy's result is taken; they differ at
+    ``reset_cache`` only, which drops the batched copies."""
+
+    #: One store job per tier at ``complete_store``.
+    WRITE_THROUGH = "write-through"
+    #: The step's blocks, batched per request, submitted at ``on_schedule_end``.
+    WRITE_BACK = "write-back"
+
+
 class ErrorStyle(enum.Enum):
     """How an illegal call fails (it must change nothing either way)."""
 
@@ -126,6 +138,21 @@ class Profile:
     when False, ``reset_cache`` with a LOADING key raises
     ``IllegalTransitionError`` and changes nothing.
 
+    ``secondary_tiers``: 0 for a plain manager; n >= 1 for a tiered manager
+    (``kvoffload.TieredOffloadingManager``'s answers) over n secondary tiers
+    that each hold every block cascaded to them (no capacity eviction, no
+    failed job) and finish every job by the next poll point
+    (``on_schedule_end``, ``reset_cache``), reported in submission order.
+    Then a stored block stays LOADING (one pin per tier) until the step's
+    end; a ``lookup`` of an ABSENT key a tier holds starts a promotion (the
+    key becomes PENDING as ``prepare_store`` would make it, victims by the
+    same policy) and answers ``None`` (``HIT_PENDING``), or ``False`` beyond
+    ``max_promotions_in_flight`` keys in flight or without room; the
+    promotion completes at the next ``on_schedule_end`` (READY, a stored
+    event). ``cascade``: when the copies are submitted (:class:`Cascade`).
+    ``max_promotions_in_flight``: the bound on keys being promoted (0: a
+    quarter of the slots, at least 1, the tiered manager's default).
+
     docs/SPEC.md ("Profiles") gives each option's meaning in the models.
     """
 
@@ -145,6 +172,9 @@ class Profile:
     complete_store_ignores_absent: bool = False
     tier_capacity_bounded: bool = True
     tier_stale_misses: bool = False
+    secondary_tiers: int = 0
+    cascade: Cascade = Cascade.WRITE_THROUGH
+    max_promotions_in_flight: int = 0
 
     reset_with_loads: bool = False
 
@@ -175,7 +205,18 @@ LEGACY = attrs.evolve(
     validates_keys=False,
 )
 
-PRESETS: dict[str, Profile] = {DEFAULT.name: DEFAULT, LEGACY.name: LEGACY}
+#: ``kvoffload.TieredOffloadingManager`` over one tier, write-through, at
+#: most 2 keys promoted at once (the built-in ``tiered_*`` targets).
+TIERED = attrs.evolve(DEFAULT, name="kvoffload-tiered", secondary_tiers=1,
+                      max_promotions_in_flight=2)
+
+#: As :data:`TIERED`, write-back.
+TIERED_WRITE_BACK = attrs.evolve(TIERED, name="kvoffload-tiered-write-back",
+                                 cascade=Cascade.WRITE_BACK)
+
+PRESETS: dict[str, Profile] = {
+    profile.name: profile for profile in (DEFAULT, LEGACY, TIERED, TIERED_WRITE_BACK)
+}
 """Every named profile, by name. :mod:`kvoffload.spec.releases` adds one
 preset per vLLM generation (its ``PRESETS``) when first asked for a name."""
 
@@ -221,6 +262,9 @@ def profile_named(name: str) -> Profile:
 __all__ = [
     "DEFAULT",
     "LEGACY",
+    "TIERED",
+    "TIERED_WRITE_BACK",
+    "Cascade",
     "PRESETS",
     "ErrorStyle",
     "FilterCounts",

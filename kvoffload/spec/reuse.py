@@ -162,24 +162,28 @@ class ReuseFilterModel:
 
     # --- calls --------------------------------------------------------------
 
-    def lookup(self, key: OffloadKey) -> tuple[ReuseFilterModel, bool | LookupResult]:
+    def lookup(
+        self, key: OffloadKey, *, request: int = 0
+    ) -> tuple[ReuseFilterModel, bool | LookupResult | None]:
         validate_offload_key(key)
         counts = self.counts
         if self.counting in (FilterCounts.LOOKUPS, FilterCounts.LOOKUPS_TO_FIRST_MISS):
             counts = self._recorded((key,))
-        return attrs.evolve(self, counts=counts), self.backing.lookup(key)[1]
+        backing, answer = self.backing.lookup(key, request=request)
+        return attrs.evolve(self, counts=counts, backing=backing), answer
 
     def lookup_prefix(
-        self, keys: Sequence[OffloadKey]
-    ) -> tuple[ReuseFilterModel, int]:
+        self, keys: Sequence[OffloadKey], *, request: int = 0
+    ) -> tuple[ReuseFilterModel, int | None]:
         keys = validate_offload_keys(keys)
-        hits = self.backing.lookup_prefix(keys)[1]
+        backing, hits = self.backing.lookup_prefix(keys, request=request)
         counts = self.counts
         if self.counting is FilterCounts.LOOKUPS:
             counts = self._recorded(keys)
         elif self.counting is FilterCounts.LOOKUPS_TO_FIRST_MISS:
-            counts = self._recorded(keys[: hits + 1])
-        return attrs.evolve(self, counts=counts), hits
+            ready = self.backing.ready_prefix(keys) if hits is None else hits
+            counts = self._recorded(keys[: ready + 1])
+        return attrs.evolve(self, counts=counts, backing=backing), hits
 
     def prepare_store(
         self,
@@ -197,9 +201,9 @@ class ReuseFilterModel:
         return counted._with(backing), result
 
     def complete_store(
-        self, keys: Iterable[OffloadKey], success: bool = True
+        self, keys: Iterable[OffloadKey], success: bool = True, *, request: int = 0
     ) -> tuple[ReuseFilterModel, None]:
-        return self._with(self.backing.complete_store(keys, success)[0]), None
+        return self._with(self.backing.complete_store(keys, success, request=request)[0]), None
 
     def prepare_load(
         self, keys: Sequence[OffloadKey], *, request: int = 0
@@ -230,7 +234,7 @@ class ReuseFilterModel:
         return self._with(self.backing.finish_request(request)[0]), None
 
     def schedule_end(self) -> tuple[ReuseFilterModel, None]:
-        return self, None
+        return self._with(self.backing.schedule_end()[0]), None
 
     def apply(self, op: Operation) -> tuple[ReuseFilterModel, Result]:
         """Perform the call ``op`` describes."""

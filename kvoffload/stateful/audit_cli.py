@@ -192,6 +192,16 @@ def profile_from_args(args: argparse.Namespace) -> Profile:
     return with_overrides(profile, args.typed_errors, args.reset)
 
 
+def target_profile(target: BuiltinTarget, args: argparse.Namespace, profile: Profile) -> Profile:
+    """The profile ``target`` is audited under: its own when it has one (a
+    built-in tiered row's: its answers are defined by it, whatever
+    ``--profile`` says), with ``--no-typed-errors``/``--no-reset`` applied;
+    else ``profile``."""
+    if target.profile is None:
+        return profile
+    return with_overrides(target.profile, args.typed_errors, args.reset)
+
+
 def targets_from_args(args: argparse.Namespace) -> list[tuple[BuiltinTarget, str | None]]:
     """The (target, import path) pairs the arguments name."""
     if args.target is None:
@@ -401,8 +411,9 @@ def run(args: argparse.Namespace) -> int:
         return 2
     reports: list[AuditReport] = []
     results: list[TargetResult] = []
-    budget = args.examples if args.examples is not None else DEFAULT_EXAMPLES
     for target, import_path in targets:
+        examples = args.examples if args.examples is not None else target.examples
+        budget = examples if examples is not None else DEFAULT_EXAMPLES
         label = target.policy + ("+filter" if target.reuse_filter is not None else "")
         print(f"auditing {target.name} [{label}] ...", end=" ", flush=True)
         progress = Progress(f"{target.name} [{label}]", budget)
@@ -410,8 +421,8 @@ def run(args: argparse.Namespace) -> int:
             progress.wrap(target.factory),
             policy=target.policy,
             reuse_filter=target.reuse_filter,
-            profile=profile,
-            max_examples=args.examples,
+            profile=target_profile(target, args, profile),
+            max_examples=budget,
             stateful_step_count=args.steps,
             seed=args.seed,
             name=target.name,

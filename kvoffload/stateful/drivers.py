@@ -109,6 +109,8 @@ def explore(
             _raise_if_kit_bug(error)
             found.failure, found.harness = error, harness
             found.driver = ENGINE if engine else SWARM
+        finally:
+            harness.close()
         found.steps += len(harness.trace)
         if found.failure is not None:
             break

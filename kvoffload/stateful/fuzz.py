@@ -84,4 +84,5 @@ for _target in BUILTIN_TARGETS:
         _target.factory,
         policy=_target.policy,
         reuse_filter=_target.reuse_filter,
+        profile=_target.audit_profile,
     )

@@ -267,6 +267,17 @@ class Harness:
         """The context of request 0 (the one request of a single-request run)."""
         return self.context(0)
 
+    def close(self) -> None:
+        """Shut the manager down when it has ``shutdown`` (a tiered
+        manager's tiers own threads and directories); the trace stays. A
+        failing shutdown is not the kit's verdict."""
+        shutdown = getattr(self.manager, "shutdown", None)
+        if callable(shutdown):
+            try:
+                shutdown()
+            except Exception:  # noqa: S110, BLE001 - hygiene, not a check
+                pass
+
     def context(self, request: int) -> object:
         """The context the calls of ``request`` carry: built once by the
         configuration's ``context_factory`` from the request id, then the
@@ -433,7 +444,7 @@ class Harness:
         self._record(op, f"-> {_shown_answer(expected)}")
         actual = op.call(self.manager, self.context_for(op))
         self.last_answer = self.answer = actual
-        if not lookup_agrees(actual, expected):
+        if not lookup_agrees(actual, expected, exact=core_of(self.model).tiered):
             raise Discrepancy(
                 Invariant.LOOKUP,
                 _named(
@@ -629,13 +640,18 @@ def _shown_answer(value: object) -> object:
     return name if isinstance(name, str) and not isinstance(value, (bool, int)) else value
 
 
-def lookup_agrees(actual: object, expected: object) -> bool:
+def lookup_agrees(actual: object, expected: object, exact: bool = False) -> bool:
     """Whether a manager's lookup answer ``actual`` is the model's
     ``expected`` (a bool, an int for ``lookup_prefix``, or a
     :class:`LookupResult`). ``None`` and a result named ``RETRY`` ("ask
-    again") always agree; a result enum is compared by name, and a plain
-    bool against a result means "readable" (``HIT``)."""
-    if actual is None or _shown_answer(actual) == "RETRY":
+    again") always agree, unless ``exact`` (a tiered manager, whose model
+    says when a promotion makes it ask again: ``None`` then agrees with
+    ``None`` only); a result enum is compared by name, and a plain bool
+    against a result means "readable" (``HIT``)."""
+    if exact:
+        if actual is None or expected is None:
+            return actual is None and expected is None
+    elif actual is None or _shown_answer(actual) == "RETRY":
         return True
     if isinstance(expected, LookupResult):
         if isinstance(actual, bool):

@@ -333,6 +333,35 @@ class ManagerMachine(RuleBasedStateMachine):
         if rest:
             self.stores.append(Transfer(batch.request, rest))
 
+    # --- a tiered manager's promotions ------------------------------------------
+
+    def _held_below(self) -> list[OffloadKey]:
+        """ABSENT keys a tiered manager's tiers hold (promotable)."""
+        core = core_of(self.harness.model)
+        return [k for k in self._phase_keys(PhaseKind.ABSENT) if k in core.below]
+
+    @precondition(lambda self: bool(self._held_below()))
+    @rule(data=st.data())
+    def promote(self, data: st.DataObject) -> None:
+        """Under a tiered profile, look up keys only a tier holds, after
+        readable ones (a request's chain): promotions start, up to the
+        bound, evicting READY blocks outside the chain."""
+        below = data.draw(
+            st.lists(st.sampled_from(self._held_below()), min_size=1, max_size=4, unique=True),
+            label="below",
+        )
+        readable = self._phase_keys(PhaseKind.READY, PhaseKind.LOADING)
+        ready = data.draw(
+            st.lists(st.sampled_from(readable), max_size=2, unique=True) if readable
+            else st.just([]),
+            label="ready",
+        )
+        request = self._request(data)
+        if len(below) == 1 and not ready:
+            self.step(Lookup(below[0], request=request))
+        else:
+            self.step(LookupPrefix((*ready, *below), request=request))
+
     # --- loads --------------------------------------------------------------
 
     @precondition(lambda self: bool(self._phase_keys(PhaseKind.READY, PhaseKind.LOADING)))
@@ -428,6 +457,12 @@ class ManagerMachine(RuleBasedStateMachine):
     def agrees(self) -> None:
         if self._harness is not None:
             self._harness.check_state()
+
+    def teardown(self) -> None:
+        """Shut the manager down (a tiered manager's tiers own threads and
+        directories)."""
+        if self._harness is not None:
+            self._harness.close()
 
 
 def make_manager_machine(

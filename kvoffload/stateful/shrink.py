@@ -30,6 +30,8 @@ def replay(
             harness.step(op)
     except Exception as error:
         return harness, error
+    finally:
+        harness.close()
     return harness, None
 
 

@@ -203,6 +203,21 @@ def _lookup_chain(run: Run, whole: bool | None = None) -> None:
         run.step(LookupPrefix(chain, request=run.request()))
 
 
+def _promote(run: Run) -> None:
+    """A tiered manager (``profile.secondary_tiers``): look up keys only a
+    tier holds, after readable ones, as a request's chain: promotions start
+    (up to the bound), evicting READY blocks outside the chain."""
+    core = run.core
+    below = [k for k in run.of(PhaseKind.ABSENT) if k in core.below]
+    if not below:
+        return _lookup_prefix(run)
+    chain = run.some(run.of(PhaseKind.READY, PhaseKind.LOADING), 0, 2) + run.some(below, 1, 4)
+    if len(chain) == 1:
+        run.step(Lookup(chain[0], request=run.request()))
+    else:
+        run.step(LookupPrefix(chain, request=run.request()))
+
+
 def _touch(run: Run) -> None:
     run.step(Touch(run.some(run.keys, 0), request=run.request()))
 
@@ -427,13 +442,14 @@ class SwarmAction:
     """A kind of call the driver makes: its name, base weight (another one
     for reuse filters, which pass keys on only once counted), and whether
     it is an illegal call (each must raise, as the profile says, and change
-    nothing) or needs ``reset_cache``."""
+    nothing), needs ``reset_cache`` or a tiered manager (``needs_tiers``)."""
 
     name: str
     weight: int
     act: Action
     illegal: bool = False
     needs_reset: bool = False
+    needs_tiers: bool = False
     filter_weight: int | None = None  # the base weight when auditing a reuse filter
 
 
@@ -441,6 +457,7 @@ ACTIONS: tuple[SwarmAction, ...] = (
     SwarmAction("lookup", 4, _lookup, filter_weight=8),
     SwarmAction("lookup_prefix", 4, _lookup_prefix, filter_weight=8),
     SwarmAction("lookup_chain", 3, _lookup_chain),
+    SwarmAction("promote", 8, _promote, needs_tiers=True),
     SwarmAction("touch", 4, _touch),
     SwarmAction("touch_tracked", 8, _touch_tracked),
     SwarmAction("touch_evicted", 6, _touch_evicted),
@@ -479,6 +496,8 @@ def draw_mix(rng: random.Random, config: KitConfig) -> dict[str, int]:
     profile = config.profile
     for action in ACTIONS:
         if action.needs_reset and not profile.has_reset:
+            continue
+        if action.needs_tiers and not profile.secondary_tiers:
             continue
         if action.illegal and not config.illegal_calls:
             continue

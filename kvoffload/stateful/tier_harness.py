@@ -78,6 +78,27 @@ class TempDirTier:
             shutil.rmtree(self._directory, ignore_errors=True)
 
 
+class PolledTier:
+    """A tier whose jobs are all finished when its results are taken:
+    ``get_finished_jobs`` drains the tier first and reports in submission
+    (job id) order. Every other attribute is the tier's own.
+
+    What the tiered profiles (``Profile.secondary_tiers``) assume of a tier,
+    so the manager kit can follow a tiered manager over a tier that copies
+    on its own threads (the tier's own races are the tier kit's:
+    ``audit_tier``)."""
+
+    def __init__(self, tier: Any) -> None:
+        self._tier = tier
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._tier, name)
+
+    def get_finished_jobs(self) -> list[Any]:
+        self._tier.drain_jobs()
+        return sorted(self._tier.get_finished_jobs(), key=lambda result: result.job_id)
+
+
 def tier_keys(count: int) -> list[OffloadKey]:
     """The kit's key universe: ``K[i]`` of a replay script."""
     return [make_offload_key(b"tier%03d" % i, 0) for i in range(count)]

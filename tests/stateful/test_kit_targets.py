@@ -23,6 +23,7 @@ def test_builtin_target_passes(target: BuiltinTarget) -> None:
         target.factory,
         policy=target.policy,
         reuse_filter=target.reuse_filter,
+        profile=target.audit_profile,
         max_examples=PASSING_BUDGET,
         name=target.name,
         factory_import=target.import_path,
