@@ -465,7 +465,12 @@ class ResetCache(Operation):
         return "m.reset_cache()"
 
     def table_calls(self, before: Any, result: Result, key: OffloadKey) -> list[Call]:
-        return [Call.RESET]
+        # a reset the model allowed with loads in flight (reset_with_loads:
+        # the engine flushed them; a tiered manager: its own cascade pins,
+        # released after draining) ends those loads, then resets the key
+        block = before.core.blocks.get(key)
+        loads = 0 if block is None else block.phase.loads
+        return [Call.COMPLETE_LOAD] * loads + [Call.RESET]
 
 
 @attrs.frozen
@@ -822,7 +827,7 @@ class ManagerModel:
         A tiered manager walks on past that prefix through the keys being
         promoted, the READY/LOADING ones and the ABSENT ones the tiers hold,
         up to the first key that is none of these (a GPU store in flight, a
-        key no tier holds); it starts the promotions of the ABSENT ones
+        key no tier holds, an ABSENT key past the promotion bound); it starts the promotions of the ABSENT ones
         (:meth:`_promote`) and answers None when a key on the way is being
         promoted or a promotion started, else the ready prefix."""
         listed = validate_offload_keys(keys)
@@ -839,6 +844,7 @@ class ManagerModel:
         :meth:`lookup_prefix`): the model with the promotions started, and
         whether the caller must ask again."""
         promoting = self.promoting_keys()
+        room = self.promotion_bound - len(promoting)
         ask_again = False
         wanted: dict[OffloadKey, None] = {}
         end = start
@@ -851,6 +857,8 @@ class ManagerModel:
                 if block is None:
                     if key not in self.below:
                         break  # no tier holds it
+                    if len(wanted) >= room:
+                        break  # past the bound: a miss from here on
                     wanted[key] = None
                 elif block.phase == PENDING:
                     break  # a GPU store in flight: not readable yet

@@ -133,6 +133,8 @@ class DuckLRU:
         return taken
 
     def reset_cache(self) -> None:
+        if any(entry[1] > 0 for entry in self.blocks.values()):
+            raise IllegalCall("reset with a load in flight")
         readable = sorted((e[0], k) for k, e in self.blocks.items() if e[1] >= 0)
         if readable:
             self.events.append(Event(tuple(k for _, k in readable), removed=True))

@@ -239,12 +239,12 @@ class BoundPerCall(TieredOffloadingManager):
     """Counts the promotion bound per lookup, not over the promotions in
     flight: waiting requests flood the CPU tier with promotions."""
 
-    def _start_promotions(
-        self, prefix: list[OffloadKey], wanted: dict[OffloadKey, int], req_context: ReqContext
-    ) -> int:
+    def _promote_run(
+        self, keys: list[OffloadKey], start: int, req_context: ReqContext
+    ) -> int | None:
         running, self._promoting = self._promoting, {}
         try:
-            return super()._start_promotions(prefix, wanted, req_context)
+            return super()._promote_run(keys, start, req_context)
         finally:
             self._promoting = {**running, **self._promoting}
 
@@ -281,7 +281,10 @@ def no_poll_at_step_end(num_blocks: int) -> OffloadingManager:
     ("factory", "invariants"),
     [
         (hit_before_landing, {Invariant.LOOKUP}),
-        (chain_not_protected, {Invariant.EVICTION, Invariant.LOOKUP, Invariant.LIFECYCLE}),
+        # an unprotected chain key may also be evicted and promoted again in the
+        # same call: its slot moves under the caller (1 capacity)
+        (chain_not_protected, {Invariant.EVICTION, Invariant.LOOKUP, Invariant.LIFECYCLE,
+                               Invariant.CAPACITY}),
         (pin_released_early, {Invariant.LIFECYCLE}),
         (bound_per_call, {Invariant.LOOKUP, Invariant.LIFECYCLE}),
         (no_poll_at_step_end, {Invariant.LIFECYCLE}),
