@@ -120,6 +120,11 @@ class Profile:
     verdict cached earlier in the request (vLLM 0.33's ``fs`` tier caches
     each probe until every request that asked has finished), so a MISS does
     not show that the key left the tier; when False it does.
+    ``tier_pending_work``: a tier's ``has_pending_work()`` is True while a
+    job of it is unreported (in flight, or its result not yet taken), as
+    :mod:`kvoffload.spec.tier_contract` says; when False (vLLM 0.33's
+    ``base.py`` default answers False, its tier-poll thread polls anyway)
+    the kit asks it only after a drain.
 
     docs/SPEC.md ("Profiles") gives each option's meaning in the models.
     """
@@ -140,6 +145,7 @@ class Profile:
     complete_store_ignores_absent: bool = False
     tier_capacity_bounded: bool = True
     tier_stale_misses: bool = False
+    tier_pending_work: bool = True
 
     def describe(self) -> str:
         """One line naming every option's value."""
