@@ -149,7 +149,7 @@ class PollThread(threading.Thread):
                 if self.stopping.is_set() or self.harness.closed:
                     return
                 try:
-                    self.harness.step(TierOp("poll"))
+                    self.harness.step(TierOp("poll", (False,)))
                 except Exception as error:
                     self.error = error
                     return

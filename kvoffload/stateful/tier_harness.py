@@ -54,7 +54,7 @@ REQUIRED_METHODS = ("lookup", "submit_store", "submit_load", "get_finished_jobs"
 
 RETRY_BOUND_S = 1.0
 """A census asks a key answering RETRY again (calling the tier's
-``on_schedule_end`` and pausing 1 ms between rounds) for this many seconds;
+``on_schedule_end`` and pausing 0.2 ms between rounds) for this many seconds;
 a key still answering RETRY then breaks ``T7 tier progress``."""
 
 DRAIN_BOUND_S = 2.0
@@ -63,6 +63,9 @@ at most 3 chunks of a few bytes), else ``T7 tier progress``."""
 
 SHUTDOWN_BOUND_S = 5.0
 """``shutdown()`` returns within this many seconds, else ``T7``."""
+
+POLL_CENSUS_REQUEST = 999
+"""The request the lookups after a poll (:meth:`TierHarness.poll`) ask for."""
 
 KIT_THREAD_PREFIX = "kvoffload-"
 """The names of the kit's own threads (not counted as the tier's)."""
@@ -191,7 +194,9 @@ class TierHarness:
     census_count: int = 0
     threads_before: set[threading.Thread] = attrs.field(init=False, factory=set)
     closed: bool = False
-    retrying: set[tuple[str, OffloadKey]] = attrs.field(init=False, factory=set)
+    retrying: dict[tuple[str, OffloadKey], int] = attrs.field(init=False, factory=dict)
+    landings: dict[OffloadKey, int] = attrs.field(init=False, factory=dict)
+    missing_announced: set[OffloadKey] = attrs.field(init=False, factory=set)
 
     def __attrs_post_init__(self) -> None:
         self.keys = tier_keys(self.num_keys)
@@ -292,18 +297,17 @@ class TierHarness:
         """``lookup(key)``, unchecked: the answer, and what it shows the
         model (RETRY, nothing, for a MISS that may be stale). A MISS is
         stale when the profile says so (``tier_stale_misses``) or when it
-        ends an asynchronous lookup: the request asked for the key before
-        and was told RETRY, and the answer may have been taken then (an
-        answer given after RETRY takes effect at some instant since the
-        first RETRY of that request for that key)."""
+        ends an asynchronous lookup that a store of the key completed
+        during: an answer given after RETRY takes effect at some instant
+        since the first RETRY of that request for that key, so it may
+        predate a store reported since."""
         answer = lookup_answer(self.tier.lookup(key, context))
         asked = (context.req_id, key)
         stale = self.stale_misses
         if answer is LookupResult.RETRY:
-            self.retrying.add(asked)
+            self.retrying.setdefault(asked, self.landings.get(key, 0))
         elif asked in self.retrying:
-            self.retrying.discard(asked)
-            stale = True
+            stale = stale or self.retrying.pop(asked) != self.landings.get(key, 0)
         if answer is LookupResult.MISS and stale:
             return answer, LookupResult.RETRY
         return answer, answer
@@ -315,7 +319,14 @@ class TierHarness:
         context = req if isinstance(req, ReqContext) else self._context(req)
         answer, shown = self._lookup(key, context)
         self.model = self.model.observe(key, shown)
+        self._seen_missing(key, shown)
         return answer
+
+    def _seen_missing(self, key: OffloadKey, shown: LookupResult) -> None:
+        """A MISS for a key the tier's events announced stored: the next
+        take of events must remove it (``6 events``)."""
+        if shown is LookupResult.MISS and key in self.announced:
+            self.missing_announced.add(key)
 
     def _record(self, text: str) -> None:
         """Note what the current step observed (a comment on its script line)."""
@@ -438,19 +449,23 @@ class TierHarness:
             answer, shown = self._lookup(key, self._context(req))
             answers.append(answer.name)
             self.model = self.model.confirm_load(job.job_id, key, shown)
+            self._seen_missing(key, shown)
         self._record(
             f"t.load({list(indices)}, req={req})  # job {job.job_id} into slots {list(rows)}; "
             f"then lookup: {answers}"
         )
         return job.job_id
 
-    def poll(self) -> list[int]:
+    def poll(self, count: bool = True) -> list[int]:
         """``get_finished_jobs()``: each result checked (job reported once,
         keys a subset, bytes of every key that made it); the job's rows are
-        released. The ids reported."""
+        released; when that reported the last cascade in flight, every key
+        is looked up once (``T4``; not when ``count`` is False, as for the
+        tier-poll thread's frequent polls). The ids reported."""
         results = list(self.tier.get_finished_jobs())
         ids = []
         notes = []
+        stored = False
         for result in results:
             job_id = int(result.job_id)
             ids.append(job_id)
@@ -459,6 +474,9 @@ class TierHarness:
             self.model, record, made_it = self.model.report(job_id, bool(result.success), keys)
             notes.append(f"{job_id}:{'ok' if len(made_it) == len(record.job.keys) else len(made_it)}")
             job = record.job
+            if not job.is_promotion:
+                for key in made_it:
+                    self.landings[key] = self.landings.get(key, 0) + 1
             for key, row in zip(job.keys, job.chunk_ids):
                 if job.is_promotion:
                     data = self._row(row)
@@ -491,9 +509,23 @@ class TierHarness:
                 else:
                     self.owner[row] = None
                     self._fill(row)
-        self._record(f"t.poll()  # reported {notes}")
+                    stored = True
+        self._record(f"t.poll({'' if count else 'False'})  # reported {notes}")
         self._check_pins()
+        cascades = any(not r.job.is_promotion for r in self.model.jobs.values())
+        if count and self.bounded and stored and not cascades:
+            self._count_readable()
         return ids
+
+    def _count_readable(self) -> None:
+        """Once the last cascade in flight is reported, look every key up
+        once (a RETRY counts as no HIT): ``T4``. With no cascade in flight
+        no key can land, so the HITs describe one instant."""
+        hits = [
+            key for key in self.keys
+            if self._ask(key, POLL_CENSUS_REQUEST) is LookupResult.HIT
+        ]
+        check_capacity(self.model, hits)
 
     def _check_pins(self) -> None:
         """Look up the keys pinned by promotions still in flight (``T0``:
@@ -550,7 +582,7 @@ class TierHarness:
 
     def _forget(self, context: ReqContext) -> None:
         """A finished request's lookups answering RETRY are over."""
-        self.retrying = {a for a in self.retrying if a[0] != context.req_id}
+        self.retrying = {a: n for a, n in self.retrying.items() if a[0] != context.req_id}
 
     def schedule_end(self) -> None:
         hook = getattr(self.tier, "on_schedule_end", None)
@@ -575,7 +607,9 @@ class TierHarness:
 
     def take_events(self) -> None:
         """``take_events()``: a stored event names a key stored before
-        (``T1``); per key, stored and removed alternate (``6 events``)."""
+        (``T1``); per key, stored and removed alternate, and a key announced
+        stored that read MISS before this take is removed by it or earlier
+        (``6 events``: a consumer holds the readable keys)."""
         hook = getattr(self.tier, "take_events", None)
         if not callable(hook):
             return
@@ -593,6 +627,18 @@ class TierHarness:
                     word = "removed without being stored" if removed else "stored twice"
                     raise SpecViolation(Invariant.EVENTS, f"tier event: {key!r} {word}")
                 (self.announced.discard if removed else self.announced.add)(key)
+                if removed:
+                    self.missing_announced.discard(key)
+        # a consumer that applied every event holds the readable keys: one
+        # it holds that read MISS before this take must have been removed
+        unremoved = sorted(self.missing_announced & self.announced)
+        self.missing_announced.clear()
+        if unremoved:
+            raise SpecViolation(
+                Invariant.EVENTS,
+                f"tier events: {unremoved[0]!r} read MISS while announced stored, and the "
+                "events taken since hold no removed event for it",
+            )
 
     def lookup_loading(self, req: int = 0) -> int:
         """Look up every key a promotion in flight pins: each must still be
@@ -642,7 +688,7 @@ class TierHarness:
             hook = getattr(self.tier, "on_schedule_end", None)
             if callable(hook):
                 hook(None)
-            time.sleep(0.001)
+            time.sleep(0.0002)
         finish = getattr(self.tier, "on_request_finished", None)
         if callable(finish):
             for context in contexts:

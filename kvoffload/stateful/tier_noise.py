@@ -35,6 +35,17 @@ SLEEP_RATE = 0.02
 MAX_SLEEP = 0.0002
 """The longest such sleep, in seconds."""
 
+HOT_RATE = 0.05
+"""The fraction of the tier's lines (distinct file and line number) that a
+run makes *hot*, drawn afresh per run: every time a thread reaches a hot
+line it sleeps :data:`HOT_SLEEP` first (as probabilistic concurrency
+testing picks change points), so a window that follows a hot line is open
+for that long each time it is entered, until the run has slept
+:data:`HOT_BUDGET` in all."""
+
+HOT_SLEEP = 0.0005
+HOT_BUDGET = 0.01
+
 _KIT = tuple(
     os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), part) + os.sep
     for part in ("spec", "stateful")
@@ -55,6 +66,8 @@ class Noise:
     def __init__(self, rng: random.Random) -> None:
         self.rng = random.Random(rng.random())
         self.traced: dict[str, bool] = {}
+        self.hot: dict[tuple[str, int], bool] = {}
+        self.budget = HOT_BUDGET
         self.saved: tuple[Any, Any] = (None, None)
 
     def _wanted(self, filename: str) -> bool:
@@ -74,6 +87,14 @@ class Noise:
 
     def _line(self, frame: FrameType, event: str, arg: Any) -> Tracer:
         if event == "line":
+            where = (frame.f_code.co_filename, frame.f_lineno)
+            hot = self.hot.get(where)
+            if hot is None:
+                hot = self.hot[where] = self.rng.random() < HOT_RATE
+            if hot and self.budget > 0:
+                self.budget -= HOT_SLEEP
+                time.sleep(HOT_SLEEP)
+                return self._line
             roll = self.rng.random()
             if roll < YIELD_RATE:
                 time.sleep(0)
@@ -97,4 +118,4 @@ class Noise:
         threading.settrace(self.saved[1])
 
 
-__all__ = ["MAX_SLEEP", "SLEEP_RATE", "YIELD_RATE", "Noise"]
+__all__ = ["HOT_BUDGET", "HOT_RATE", "HOT_SLEEP", "MAX_SLEEP", "SLEEP_RATE", "YIELD_RATE", "Noise"]
