@@ -43,8 +43,9 @@ ROWS = 12
 DRIVER = "tier"
 
 POLL_THREAD_EVERY = 2
-"""One run in this many has a tier-poll thread (:class:`PollThread`) and
-runs the tier's code under noise (:mod:`kvoffload.stateful.tier_noise`)."""
+"""One run in this many has a tier-poll thread (:class:`PollThread`). The
+tier's code runs under noise (:mod:`kvoffload.stateful.tier_noise`) in
+those runs, and in the others when the tier has threads of its own."""
 
 _KINDS = (
     "store", "load", "poll", "lookup", "drain", "settle", "finish_request",
@@ -176,8 +177,9 @@ def replay(
     deterministic as far as the callers go). With ``noise`` (a random
     source) the tier's code runs under :class:`~kvoffload.stateful.tier_noise.Noise`
     from its factory to its shutdown. The tier is shut down either way."""
-    with Noise(noise) if noise is not None else contextlib.nullcontext():
-        return _replay(factory, shape, ops, profile, poll_thread)
+    noisy = Noise(noise) if noise is not None else None
+    with noisy if noisy is not None else contextlib.nullcontext():
+        return _replay(factory, shape, ops, profile, poll_thread, noisy)
 
 
 def _replay(
@@ -186,11 +188,14 @@ def _replay(
     ops: list[TierOp],
     profile: Profile,
     poll_thread: bool,
+    noisy: Noise | None,
 ) -> tuple[TierHarness | None, BaseException | None]:
     try:
         harness = make_harness(factory, shape, profile)
     except Exception as error:  # the factory itself failed
         return None, error
+    if noisy is not None and not poll_thread and not harness.tier_threads():
+        noisy.stop()  # one thread only: nothing to interleave
     lock = threading.Lock()
     poller = PollThread(harness, lock) if poll_thread else None
     failure: BaseException | None = None
@@ -319,8 +324,7 @@ def audit_tier(
             ops = draw_ops(rng, shape, rng.randint(max(4, steps // 4), steps))
             threaded = index % POLL_THREAD_EVERY == POLL_THREAD_EVERY - 1
             harness, error = replay(
-                factory, shape, ops, profile, poll_thread=threaded,
-                noise=rng if threaded else None,
+                factory, shape, ops, profile, poll_thread=threaded, noise=rng
             )
             done_runs += 1
             done_steps += len(harness.trace) if harness is not None else 0

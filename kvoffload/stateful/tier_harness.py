@@ -194,6 +194,7 @@ class TierHarness:
     census_count: int = 0
     threads_before: set[threading.Thread] = attrs.field(init=False, factory=set)
     closed: bool = False
+    count_due: bool = False
     retrying: dict[tuple[str, OffloadKey], int] = attrs.field(init=False, factory=dict)
     landings: dict[OffloadKey, int] = attrs.field(init=False, factory=dict)
     missing_announced: set[OffloadKey] = attrs.field(init=False, factory=set)
@@ -401,6 +402,8 @@ class TierHarness:
         first (checked), fills free rows with each key's next version, pins
         them, submits. None when the
         primary has no free rows for it (nothing is done)."""
+        if self.count_due and not any(not r.job.is_promotion for r in self.model.jobs.values()):
+            self._count_readable()  # before this cascade may evict
         rows = self._free_rows(len(indices))
         if rows is None or not indices:
             return None
@@ -513,14 +516,18 @@ class TierHarness:
         self._record(f"t.poll({'' if count else 'False'})  # reported {notes}")
         self._check_pins()
         cascades = any(not r.job.is_promotion for r in self.model.jobs.values())
-        if count and self.bounded and stored and not cascades:
-            self._count_readable()
+        if self.bounded and stored and not cascades:
+            if count:
+                self._count_readable()
+            else:  # the tier-poll thread's: the next cascade counts first
+                self.count_due = True
         return ids
 
     def _count_readable(self) -> None:
         """Once the last cascade in flight is reported, look every key up
         once (a RETRY counts as no HIT): ``T4``. With no cascade in flight
         no key can land, so the HITs describe one instant."""
+        self.count_due = False
         hits = [
             key for key in self.keys
             if self._ask(key, POLL_CENSUS_REQUEST) is LookupResult.HIT
@@ -699,6 +706,16 @@ class TierHarness:
             check_capacity(self.model, hits)
         return len(hits)
 
+    def tier_threads(self) -> list[str]:
+        """The names of the threads alive that the tier started."""
+        return sorted(
+            thread.name
+            for thread in threading.enumerate()
+            if thread not in self.threads_before
+            and thread.is_alive()
+            and not thread.name.startswith(KIT_THREAD_PREFIX)
+        )
+
     def close(self) -> None:
         """``shutdown()`` (when the tier has it): it returns within
         :data:`SHUTDOWN_BOUND_S`, and then no thread the tier started still
@@ -708,13 +725,7 @@ class TierHarness:
             return
         self.closed = True
         self._bounded("shutdown", hook, SHUTDOWN_BOUND_S)
-        left = sorted(
-            thread.name
-            for thread in threading.enumerate()
-            if thread not in self.threads_before
-            and thread.is_alive()
-            and not thread.name.startswith(KIT_THREAD_PREFIX)
-        )
+        left = self.tier_threads()
         if left:
             raise SpecViolation(
                 Invariant.TIER_PROGRESS,

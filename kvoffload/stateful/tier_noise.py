@@ -26,10 +26,10 @@ from collections.abc import Callable
 from types import FrameType, TracebackType
 from typing import Any
 
-YIELD_RATE = 0.1
+YIELD_RATE = 0.05
 """The fraction of traced lines before which the thread yields."""
 
-SLEEP_RATE = 0.02
+SLEEP_RATE = 0.01
 """The fraction of traced lines before which the thread sleeps."""
 
 MAX_SLEEP = 0.0002
@@ -40,11 +40,11 @@ HOT_RATE = 0.05
 run makes *hot*, drawn afresh per run: every time a thread reaches a hot
 line it sleeps :data:`HOT_SLEEP` first (as probabilistic concurrency
 testing picks change points), so a window that follows a hot line is open
-for that long each time it is entered, until the run has slept
-:data:`HOT_BUDGET` in all."""
+for that long each time it is entered, its first :data:`HOT_REPEATS` times
+in the run (a hot line on a busy path does not use up the others' turns)."""
 
 HOT_SLEEP = 0.0005
-HOT_BUDGET = 0.01
+HOT_REPEATS = 4
 
 _KIT = tuple(
     os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), part) + os.sep
@@ -66,8 +66,7 @@ class Noise:
     def __init__(self, rng: random.Random) -> None:
         self.rng = random.Random(rng.random())
         self.traced: dict[str, bool] = {}
-        self.hot: dict[tuple[str, int], bool] = {}
-        self.budget = HOT_BUDGET
+        self.hot: dict[tuple[str, int], int] = {}
         self.saved: tuple[Any, Any] = (None, None)
 
     def _wanted(self, filename: str) -> bool:
@@ -88,11 +87,11 @@ class Noise:
     def _line(self, frame: FrameType, event: str, arg: Any) -> Tracer:
         if event == "line":
             where = (frame.f_code.co_filename, frame.f_lineno)
-            hot = self.hot.get(where)
-            if hot is None:
-                hot = self.hot[where] = self.rng.random() < HOT_RATE
-            if hot and self.budget > 0:
-                self.budget -= HOT_SLEEP
+            turns = self.hot.get(where)
+            if turns is None:
+                turns = self.hot[where] = HOT_REPEATS if self.rng.random() < HOT_RATE else 0
+            if turns > 0:
+                self.hot[where] = turns - 1
                 time.sleep(HOT_SLEEP)
                 return self._line
             roll = self.rng.random()
@@ -114,8 +113,12 @@ class Noise:
         error: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        """No more noise on this thread and on threads started from now."""
         sys.settrace(self.saved[0])
         threading.settrace(self.saved[1])
 
 
-__all__ = ["HOT_BUDGET", "HOT_RATE", "HOT_SLEEP", "MAX_SLEEP", "SLEEP_RATE", "YIELD_RATE", "Noise"]
+__all__ = ["HOT_RATE", "HOT_REPEATS", "HOT_SLEEP", "MAX_SLEEP", "SLEEP_RATE", "YIELD_RATE", "Noise"]
