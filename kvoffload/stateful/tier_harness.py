@@ -428,6 +428,7 @@ class TierHarness:
             f"versions {versions} from slots {list(rows)}"
         )
         self.tier.submit_store(submitted(job))
+        self._check_pins()  # a cascade may evict: not a key a promotion pins
         return job.job_id
 
     def load(self, indices: list[int], req: int = 0) -> int | None:
