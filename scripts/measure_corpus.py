@@ -24,9 +24,10 @@ import argparse
 import importlib
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
+from typing import TypeVar
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -36,6 +37,8 @@ from tests.blind_corpus.manifest import MANIFEST, Entry  # noqa: E402
 from tests.stateful.corpus_verdicts import NOT_DEFECTS, expected_to_pass  # noqa: E402
 
 Result = tuple[str, int, bool, str | None, str | None, float, int]
+T = TypeVar("T")
+R = TypeVar("R")
 
 
 def audit_entry(entry: Entry, seed: int, examples: int | None) -> Result:
@@ -70,6 +73,45 @@ def _job(args: tuple[str, int, int | None]) -> Result:
     return audit_entry(entry, seed, examples)
 
 
+def print_table(
+    head: Sequence[str], rows: Sequence[Sequence[str]], markdown: bool
+) -> None:
+    """Print ``rows`` under ``head``; the last column is a marker shown
+    after the row (no header), e.g. ``<-- missed``."""
+    if markdown:
+        print("| " + " | ".join(head[:-1]) + " |")
+        print("|" + " --- |" * (len(head) - 1))
+        for row in rows:
+            print("| " + " | ".join(row[:-1]) + " |" + row[-1])
+    else:
+        widths = [max(len(str(r[i])) for r in [head, *rows]) for i in range(len(head))]
+        for row in [head, *rows]:
+            print("  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip())
+
+
+def run_jobs(
+    job: Callable[[T], R],
+    jobs: Sequence[T],
+    workers: int,
+    progress: Callable[[R], None] | None = None,
+) -> list[R]:
+    """``job`` over ``jobs``, in ``workers`` processes when more than one;
+    ``progress`` sees each result as it comes (in order)."""
+    results: list[R] = []
+    if workers > 1:
+        with ProcessPoolExecutor(workers) as pool:
+            for result in pool.map(job, jobs):
+                results.append(result)
+                if progress is not None:
+                    progress(result)
+        return results
+    for one in jobs:
+        results.append(job(one))
+        if progress is not None:
+            progress(results[-1])
+    return results
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3, 4, 5])
@@ -85,11 +127,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ]
     jobs = [(e.name, s, args.examples) for e in entries for s in args.seeds]
     started = time.perf_counter()
-    if args.jobs > 1:
-        with ProcessPoolExecutor(args.jobs) as pool:
-            results = list(pool.map(_job, jobs))
-    else:
-        results = [_job(job) for job in jobs]
+    results = run_jobs(_job, jobs, args.jobs)
     total = time.perf_counter() - started
 
     by_entry: dict[str, list[Result]] = {}
@@ -125,15 +163,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "" if ok else "  <-- " + ("missed" if not passing else "unexpected"),
         ))
     head = ("entry", "policy", "result", "invariant", "driver", "calls", "mean s", "max s", "")
-    if args.markdown:
-        print("| " + " | ".join(head[:-1]) + " |")
-        print("|" + " --- |" * (len(head) - 1))
-        for row in rows:
-            print("| " + " | ".join(row[:-1]) + " |" + row[-1])
-    else:
-        widths = [max(len(str(r[i])) for r in [head, *rows]) for i in range(len(head))]
-        for row in [head, *rows]:
-            print("  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip())
+    print_table(head, rows, args.markdown)
     defects = [e for e in entries if not expected_to_pass(e)]
     correct = [e for e in entries if expected_to_pass(e)]
     caught_all = sum(

@@ -153,6 +153,12 @@ class Profile:
     ``max_promotions_in_flight``: the bound on keys being promoted (0: a
     quarter of the slots, at least 1, the tiered manager's default).
 
+    ``tier_pending_work``: a tier's ``has_pending_work()`` is True while a
+    job of it is unreported (in flight, or its result not yet taken), as
+    :mod:`kvoffload.spec.tier_contract` says; when False (vLLM 0.33's
+    ``base.py`` default answers False, its tier-poll thread polls anyway)
+    the kit asks it only after a drain.
+
     docs/SPEC.md ("Profiles") gives each option's meaning in the models.
     """
 
@@ -175,8 +181,8 @@ class Profile:
     secondary_tiers: int = 0
     cascade: Cascade = Cascade.WRITE_THROUGH
     max_promotions_in_flight: int = 0
-
     reset_with_loads: bool = False
+    tier_pending_work: bool = True
 
     def describe(self) -> str:
         """One line naming every option's value."""

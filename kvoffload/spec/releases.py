@@ -168,6 +168,9 @@ VLLM_0_33 = attrs.evolve(
     # tiering/async_lookup.py caches each probe's verdict until every request
     # that asked has finished: a MISS may predate a store that completed since.
     tier_stale_misses=True,
+    # tiering/base.py: has_pending_work() "whether this tier needs the engine
+    # to keep stepping", False by default even with jobs in flight.
+    tier_pending_work=False,
 )
 """vLLM 0.33: private clean-up events; secondary tiers without a capacity,
 whose lookups may answer a stale MISS."""

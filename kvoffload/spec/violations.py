@@ -75,7 +75,13 @@ class Invariant(enum.Enum):
     )
     TIER_DRAIN = (
         "T6 tier drain",
-        "after drain_jobs nothing is in flight and every result is available",
+        "has_pending_work is True while a job is unreported; after drain_jobs nothing is "
+        "in flight and every result is available",
+    )
+    TIER_PROGRESS = (
+        "T7 tier progress",
+        "drain_jobs and shutdown return, and a lookup asked again stops answering RETRY, "
+        "within the kit's stated bounds",
     )
 
     def __init__(self, label: str, rule: str) -> None:

@@ -18,7 +18,9 @@ census. The first violation is shrunk (the shared delta debugging of
 
 from __future__ import annotations
 
+import contextlib
 import random
+import sys
 import threading
 import time
 
@@ -31,6 +33,7 @@ from kvoffload.stateful.auditing import AuditReport, default_seed
 from kvoffload.stateful.drivers import run_seed
 from kvoffload.stateful.shrink import shrink_sequence
 from kvoffload.stateful.tier_harness import ROW_BYTES, TierFactory, TierHarness, TierOp
+from kvoffload.stateful.tier_noise import Noise
 
 DEFAULT_TIER_EXAMPLES = 500
 DEFAULT_TIER_STEPS = 40
@@ -40,7 +43,9 @@ ROWS = 12
 DRIVER = "tier"
 
 POLL_THREAD_EVERY = 2
-"""One run in this many has a tier-poll thread (:class:`PollThread`)."""
+"""One run in this many has a tier-poll thread (:class:`PollThread`). The
+tier's code runs under noise (:mod:`kvoffload.stateful.tier_noise`) in
+those runs, and in the others when the tier has threads of its own."""
 
 _KINDS = (
     "store", "load", "poll", "lookup", "drain", "settle", "finish_request",
@@ -69,7 +74,8 @@ def draw_ops(rng: random.Random, shape: TierRunShape, steps: int) -> list[TierOp
     """A run's calls: a weight per kind drawn for the run (swarm testing),
     then ``steps`` calls. Promotions name keys the kit has stored (the
     harness decides at run time whether the model holds them present: see
-    :meth:`TierHarness.load`); the run ends with a drain and a census."""
+    :meth:`TierHarness.load`); the run ends with a drain, a census, and
+    ``shutdown`` (in one run of two with a cascade in flight)."""
     weights = [rng.choice((0, 1, 3, 6)) for _ in _KINDS]
     weights[0] = max(weights[0], 3)  # always store
     ops: list[TierOp] = [TierOp("new_request", (0,))]
@@ -102,8 +108,24 @@ def draw_ops(rng: random.Random, shape: TierRunShape, steps: int) -> list[TierOp
         else:
             ops.append(TierOp(kind))
     ops += [TierOp("drain"), TierOp("census"), TierOp("take_events")]
+    if rng.random() < 0.5:  # shut down with a cascade in flight
+        keys = rng.sample(range(shape.num_keys), rng.randint(1, min(3, shape.num_keys)))
+        ops.append(TierOp("store", (keys, 0)))
+    ops.append(TierOp("shutdown"))
     return ops
 
+
+SWITCH_INTERVAL = 1e-6
+"""The interpreter's thread switch interval during an audit (seconds;
+Python's default is 5 ms): the tier's threads, the tier-poll thread and the
+caller then interleave at the grain of a few bytecodes, so a race window of
+a few statements (a result list copied then cleared without the tier's
+lock, an index rebuilt outside it) is entered within the default budget.
+Restored when the audit returns."""
+
+RACE_TRIES = 3
+"""How many times the shrinker replays a candidate of a race (with the
+poll thread and noise) before it counts the candidate as passing."""
 
 POLL_INTERVAL = 0.0002
 """Seconds between two polls of the tier-poll thread."""
@@ -125,10 +147,10 @@ class PollThread(threading.Thread):
     def run(self) -> None:
         while not self.stopping.is_set():
             with self.lock:
-                if self.stopping.is_set():
+                if self.stopping.is_set() or self.harness.closed:
                     return
                 try:
-                    self.harness.step(TierOp("poll"))
+                    self.harness.step(TierOp("poll", (False,)))
                 except Exception as error:
                     self.error = error
                     return
@@ -146,17 +168,34 @@ def replay(
     profile: Profile = DEFAULT,
     *,
     poll_thread: bool = False,
+    noise: random.Random | None = None,
 ) -> tuple[TierHarness | None, BaseException | None]:
     """Run ``ops`` on a fresh tier; the harness and the failure (None if
     all held). With ``poll_thread`` a :class:`PollThread` polls the tier
     meanwhile, and ``harness.ops`` records the calls of both threads in the
     order they took effect (a sequential replay of that order is then
-    deterministic as far as the callers go). The tier is shut down either
-    way."""
+    deterministic as far as the callers go). With ``noise`` (a random
+    source) the tier's code runs under :class:`~kvoffload.stateful.tier_noise.Noise`
+    from its factory to its shutdown. The tier is shut down either way."""
+    noisy = Noise(noise) if noise is not None else None
+    with noisy if noisy is not None else contextlib.nullcontext():
+        return _replay(factory, shape, ops, profile, poll_thread, noisy)
+
+
+def _replay(
+    factory: TierFactory,
+    shape: TierRunShape,
+    ops: list[TierOp],
+    profile: Profile,
+    poll_thread: bool,
+    noisy: Noise | None,
+) -> tuple[TierHarness | None, BaseException | None]:
     try:
         harness = make_harness(factory, shape, profile)
     except Exception as error:  # the factory itself failed
         return None, error
+    if noisy is not None and not poll_thread and not harness.tier_threads():
+        noisy.stop()  # one thread only: nothing to interleave
     lock = threading.Lock()
     poller = PollThread(harness, lock) if poll_thread else None
     failure: BaseException | None = None
@@ -177,7 +216,10 @@ def replay(
                 failure = poller.error
         try:
             harness.close()
-        except Exception:  # noqa: S110 - a failing shutdown is reported by the run, not here
+        except SpecViolation as error:  # a shutdown that hangs or leaves threads running
+            if failure is None:
+                failure = error
+        except Exception:  # noqa: S110 - a shutdown that raises is not a finding here
             pass
     if failure is not None and _is_kit_error(failure):
         raise failure
@@ -193,6 +235,7 @@ def make_harness(factory: TierFactory, shape: TierRunShape, profile: Profile) ->
         row_bytes=shape.row_bytes,
         bounded=profile.tier_capacity_bounded,
         stale_misses=profile.tier_stale_misses,
+        pending_work=profile.tier_pending_work,
     )
 
 
@@ -270,22 +313,29 @@ def audit_tier(
     failing: tuple[TierRunShape, list[TierOp]] | None = None
     driver = DRIVER
     failed_harness: TierHarness | None = None
-    for index in range(runs):
-        if deadline is not None and time.perf_counter() > deadline:
-            break
-        rng = run_seed(seed, index)
-        shape = draw_shape(rng, chunk_bytes)
-        ops = draw_ops(rng, shape, rng.randint(max(4, steps // 4), steps))
-        threaded = index % POLL_THREAD_EVERY == POLL_THREAD_EVERY - 1
-        harness, error = replay(factory, shape, ops, profile, poll_thread=threaded)
-        done_runs += 1
-        done_steps += len(harness.trace) if harness is not None else 0
-        if error is not None:
-            failure = error
-            driver = DRIVER + (" + poll thread" if threaded else "")
-            failing = (shape, list(harness.ops) if harness is not None else [])
-            failed_harness = harness
-            break
+    switch_interval = sys.getswitchinterval()
+    sys.setswitchinterval(SWITCH_INTERVAL)
+    try:
+        for index in range(runs):
+            if deadline is not None and time.perf_counter() > deadline:
+                break
+            rng = run_seed(seed, index)
+            shape = draw_shape(rng, chunk_bytes)
+            ops = draw_ops(rng, shape, rng.randint(max(4, steps // 4), steps))
+            threaded = index % POLL_THREAD_EVERY == POLL_THREAD_EVERY - 1
+            harness, error = replay(
+                factory, shape, ops, profile, poll_thread=threaded, noise=rng
+            )
+            done_runs += 1
+            done_steps += len(harness.trace) if harness is not None else 0
+            if error is not None:
+                failure = error
+                driver = DRIVER + (" + poll thread" if threaded else "")
+                failing = (shape, list(harness.ops) if harness is not None else [])
+                failed_harness = harness
+                break
+    finally:
+        sys.setswitchinterval(switch_interval)
     report = AuditReport(
         target,
         f"tier/{profile.name}",
@@ -301,24 +351,46 @@ def audit_tier(
     shape, ops = failing
     kind = failure_kind(failure)
 
+    def attempt(
+        candidate: list[TierOp], racing: bool
+    ) -> tuple[TierHarness | None, BaseException | None]:
+        """A replay of ``candidate``: sequential, or (``racing``) with the
+        poll thread and noise, up to :data:`RACE_TRIES` times until it fails
+        as the audit's run did."""
+        outcome: tuple[TierHarness | None, BaseException | None] = (None, None)
+        for attempt_index in range(RACE_TRIES if racing else 1):
+            noise = random.Random(attempt_index) if racing else None
+            outcome = replay(factory, shape, candidate, profile, poll_thread=racing, noise=noise)
+            if outcome[1] is not None and failure_kind(outcome[1]) == kind:
+                break
+        return outcome
+
     def fails(candidate: list[TierOp]) -> list[TierOp] | None:
-        harness, error = replay(factory, shape, candidate, profile)
+        harness, error = attempt(candidate, racing)
         if error is None or failure_kind(error) != kind:
             return None
-        return candidate[: len(harness.trace)] if harness is not None else candidate
+        if harness is None:
+            return candidate
+        # the calls that took effect (with a poll thread: its polls too)
+        return list(harness.ops) if racing else candidate[: len(harness.trace)]
 
+    harness, shrunk = replay(factory, shape, ops, profile)
+    # a race with the tier's own threads that a sequential replay does not
+    # repeat shrinks with the poll thread and noise, a few tries a candidate
+    racing = (shrunk is None or failure_kind(shrunk) != kind) and driver != DRIVER
     if failing[1]:
         ops = shrink_sequence(ops, fails, _smaller)
-    harness, shrunk = replay(factory, shape, ops, profile)
+    harness, shrunk = attempt(ops, racing)
     note = ""
-    if shrunk is None or failure_kind(shrunk) != kind:
-        # a race with the tier's own threads that a sequential replay did not
-        # repeat: report the calls in the order they took effect
-        shrunk, harness = failure, failed_harness
+    if racing:
         note = (
             " (a race with the tier's own threads: the replay makes the callers' "
             "interleaving deterministic, the tier's threads may need a few runs)"
         )
+    if shrunk is None or failure_kind(shrunk) != kind:
+        # not repeated: report the calls of the audit's run in the order they
+        # took effect
+        shrunk, harness = failure, failed_harness
     invariant = shrunk.invariant if isinstance(shrunk, SpecViolation) else Invariant.CRASH
     if isinstance(shrunk, SpecViolation):
         message = f"invariant {invariant.label}: {shrunk.reason}{note}"

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import mmap
 import shutil
+import threading
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -51,9 +52,23 @@ ROW_BYTES = 64
 REQUIRED_METHODS = ("lookup", "submit_store", "submit_load", "get_finished_jobs", "drain_jobs")
 """What every tier has; the other methods of the contract are optional."""
 
-RETRY_ROUNDS = 50
-"""A census asks a key answering RETRY again this many times (calling the
-tier's ``on_schedule_end`` and pausing 1 ms between rounds)."""
+RETRY_BOUND_S = 1.0
+"""A census asks a key answering RETRY again (calling the tier's
+``on_schedule_end`` and pausing 0.2 ms between rounds) for this many seconds;
+a key still answering RETRY then breaks ``T7 tier progress``."""
+
+DRAIN_BOUND_S = 2.0
+"""``drain_jobs()`` returns within this many seconds (the kit's jobs are of
+at most 3 chunks of a few bytes), else ``T7 tier progress``."""
+
+SHUTDOWN_BOUND_S = 5.0
+"""``shutdown()`` returns within this many seconds, else ``T7``."""
+
+POLL_CENSUS_REQUEST = 999
+"""The request the lookups after a poll (:meth:`TierHarness.poll`) ask for."""
+
+KIT_THREAD_PREFIX = "kvoffload-"
+"""The names of the kit's own threads (not counted as the tier's)."""
 
 
 class TempDirTier:
@@ -100,8 +115,37 @@ class PolledTier:
 
 
 def tier_keys(count: int) -> list[OffloadKey]:
-    """The kit's key universe: ``K[i]`` of a replay script."""
-    return [make_offload_key(b"tier%03d" % i, 0) for i in range(count)]
+    """The kit's key universe: ``K[i]`` of a replay script. Keys come in
+    pairs of one block hash with KV-group indices 0 and 1 (a hybrid model's
+    groups): two keys that differ only in their group index are two keys."""
+    return [make_offload_key(b"tier%03d" % (i // 2), i % 2) for i in range(count)]
+
+
+@attrs.frozen(eq=False)
+class SubmittedJob:
+    """A job as vLLM 0.33's tiering manager hands it to a tier
+    (``TransferJob``): ``keys`` a list, ``chunk_ids`` a numpy ``int32``
+    array (whose truth value is an error for two slots or more)."""
+
+    job_id: int
+    keys: list[OffloadKey]
+    chunk_ids: Any
+    is_promotion: bool
+    req_context: ReqContext
+    submit_time: float = attrs.field(factory=time.monotonic)
+
+
+def submitted(job: TierJob) -> SubmittedJob:
+    """``job`` in the shape vLLM's tiering manager submits it."""
+    import numpy as np  # a dependency of kvoffload; imported when a tier is audited
+
+    return SubmittedJob(
+        job.job_id,
+        list(job.keys),
+        np.array(job.chunk_ids, dtype=np.int32),
+        job.is_promotion,
+        job.req_context,
+    )
 
 
 def lookup_answer(raw: object) -> LookupResult:
@@ -153,6 +197,7 @@ class TierHarness:
     row_bytes: int = ROW_BYTES
     bounded: bool = True
     stale_misses: bool = False
+    pending_work: bool = True
     keys: list[OffloadKey] = attrs.field(init=False)
     memory: mmap.mmap = attrs.field(init=False)
     view: memoryview = attrs.field(init=False)
@@ -168,6 +213,12 @@ class TierHarness:
     stored_ever: set[OffloadKey] = attrs.field(init=False, factory=set)
     announced: set[OffloadKey] = attrs.field(init=False, factory=set)
     census_count: int = 0
+    threads_before: set[threading.Thread] = attrs.field(init=False, factory=set)
+    closed: bool = False
+    count_due: bool = False
+    retrying: dict[tuple[str, OffloadKey], int] = attrs.field(init=False, factory=dict)
+    landings: dict[OffloadKey, int] = attrs.field(init=False, factory=dict)
+    missing_announced: set[OffloadKey] = attrs.field(init=False, factory=set)
 
     def __attrs_post_init__(self) -> None:
         self.keys = tier_keys(self.num_keys)
@@ -179,6 +230,7 @@ class TierHarness:
         for row in range(self.rows):
             self._fill(row)
         self.model = TierModel(self.capacity)
+        self.threads_before = set(threading.enumerate())
         self.tier = self.factory(self.capacity, self.view)
         missing = [m for m in REQUIRED_METHODS if not callable(getattr(self.tier, m, None))]
         if missing:
@@ -263,14 +315,40 @@ class TierHarness:
 
     # --- calls ------------------------------------------------------------
 
-    def _ask(self, key: OffloadKey, req: int | ReqContext) -> LookupResult:
-        """``lookup(key)``, checked against the model: the answer."""
-        context = req if isinstance(req, ReqContext) else self._context(req)
+    def _lookup(self, key: OffloadKey, context: ReqContext) -> tuple[LookupResult, LookupResult]:
+        """``lookup(key)``, unchecked: the answer, and what it shows the
+        model (RETRY, nothing, for a MISS that may be stale). A MISS is
+        stale when the profile says so (``tier_stale_misses``) or when it
+        ends an asynchronous lookup that a store of the key completed
+        during: an answer given after RETRY takes effect at some instant
+        since the first RETRY of that request for that key, so it may
+        predate a store reported since."""
         answer = lookup_answer(self.tier.lookup(key, context))
-        if answer is LookupResult.MISS and self.stale_misses:
-            return answer  # a MISS may be a verdict cached before a store landed
-        self.model = self.model.observe(key, answer)
+        asked = (context.req_id, key)
+        stale = self.stale_misses
+        if answer is LookupResult.RETRY:
+            self.retrying.setdefault(asked, self.landings.get(key, 0))
+        elif asked in self.retrying:
+            stale = stale or self.retrying.pop(asked) != self.landings.get(key, 0)
+        if answer is LookupResult.MISS and stale:
+            return answer, LookupResult.RETRY
+        return answer, answer
+
+    def _ask(self, key: OffloadKey, req: int | ReqContext) -> LookupResult:
+        """``lookup(key)``, checked against the model: the answer (a MISS
+        that may be stale, see :meth:`_lookup`, is not held against the
+        tier)."""
+        context = req if isinstance(req, ReqContext) else self._context(req)
+        answer, shown = self._lookup(key, context)
+        self.model = self.model.observe(key, shown)
+        self._seen_missing(key, shown)
         return answer
+
+    def _seen_missing(self, key: OffloadKey, shown: LookupResult) -> None:
+        """A MISS for a key the tier's events announced stored: the next
+        take of events must remove it (``6 events``)."""
+        if shown is LookupResult.MISS and key in self.announced:
+            self.missing_announced.add(key)
 
     def _record(self, text: str) -> None:
         """Note what the current step observed (a comment on its script line)."""
@@ -288,6 +366,45 @@ class TierHarness:
         self.trace.append(op.render())
         getattr(self, op.method)(*op.args)
         self.check_rows()
+        self.check_pending_work()
+
+    def check_pending_work(self) -> None:
+        """``T6``: while a job is unreported (in flight, or its result not
+        yet taken), ``has_pending_work()`` (when the tier has it) is True
+        (profile option ``tier_pending_work``)."""
+        pending = getattr(self.tier, "has_pending_work", None)
+        if self.closed or not self.pending_work or not self.model.jobs or not callable(pending):
+            return
+        if not pending():
+            raise SpecViolation(
+                Invariant.TIER_DRAIN,
+                f"has_pending_work() is False while jobs {list(self.model.in_flight())} "
+                "are unreported",
+            )
+
+    def _bounded(self, what: str, call: Callable[[], object], seconds: float) -> None:
+        """``call()`` on a helper thread; ``T7 tier progress`` when it has
+        not returned within ``seconds`` (the helper is left blocked: a
+        daemon thread). What it raised is raised here."""
+        done = threading.Event()
+        raised: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                call()
+            except BaseException as error:  # noqa: BLE001 - re-raised on the caller's thread
+                raised.append(error)
+            finally:
+                done.set()
+
+        helper = threading.Thread(target=run, daemon=True, name=f"{KIT_THREAD_PREFIX}tier-{what}")
+        helper.start()
+        if not done.wait(seconds):
+            raise SpecViolation(
+                Invariant.TIER_PROGRESS, f"{what}() did not return within {seconds:g} s"
+            )
+        if raised:
+            raise raised[0]
 
     def _spell(self, keys: Iterable[OffloadKey]) -> str:
         return "[" + ", ".join(f"K[{self.keys.index(k)}]" for k in keys) + "]"
@@ -306,6 +423,8 @@ class TierHarness:
         first (checked), fills free rows with each key's next version, pins
         them, submits. None when the
         primary has no free rows for it (nothing is done)."""
+        if self.count_due and not any(not r.job.is_promotion for r in self.model.jobs.values()):
+            self._count_readable()  # before this cascade may evict
         rows = self._free_rows(len(indices))
         if rows is None or not indices:
             return None
@@ -329,7 +448,8 @@ class TierHarness:
             f"t.store({list(indices)}, req={req})  # lookup first: {before}; job {job.job_id}: "
             f"versions {versions} from slots {list(rows)}"
         )
-        self.tier.submit_store(job)
+        self.tier.submit_store(submitted(job))
+        self._check_pins()  # a cascade may evict: not a key a promotion pins
         return job.job_id
 
     def load(self, indices: list[int], req: int = 0) -> int | None:
@@ -348,27 +468,29 @@ class TierHarness:
         for row in rows:
             self.owner[row] = job.job_id
         self.model = self.model.submit_load(job)
-        self.tier.submit_load(job)
+        self.tier.submit_load(submitted(job))
         answers = []
         for key in keys:
-            answer = lookup_answer(self.tier.lookup(key, self._context(req)))
+            answer, shown = self._lookup(key, self._context(req))
             answers.append(answer.name)
-            if answer is LookupResult.MISS and self.stale_misses:
-                answer = LookupResult.RETRY
-            self.model = self.model.confirm_load(job.job_id, key, answer)
+            self.model = self.model.confirm_load(job.job_id, key, shown)
+            self._seen_missing(key, shown)
         self._record(
             f"t.load({list(indices)}, req={req})  # job {job.job_id} into slots {list(rows)}; "
             f"then lookup: {answers}"
         )
         return job.job_id
 
-    def poll(self) -> list[int]:
+    def poll(self, count: bool = True) -> list[int]:
         """``get_finished_jobs()``: each result checked (job reported once,
         keys a subset, bytes of every key that made it); the job's rows are
-        released. The ids reported."""
+        released; when that reported the last cascade in flight, every key
+        is looked up once (``T4``; not when ``count`` is False, as for the
+        tier-poll thread's frequent polls). The ids reported."""
         results = list(self.tier.get_finished_jobs())
         ids = []
         notes = []
+        stored = False
         for result in results:
             job_id = int(result.job_id)
             ids.append(job_id)
@@ -377,6 +499,9 @@ class TierHarness:
             self.model, record, made_it = self.model.report(job_id, bool(result.success), keys)
             notes.append(f"{job_id}:{'ok' if len(made_it) == len(record.job.keys) else len(made_it)}")
             job = record.job
+            if not job.is_promotion:
+                for key in made_it:
+                    self.landings[key] = self.landings.get(key, 0) + 1
             for key, row in zip(job.keys, job.chunk_ids):
                 if job.is_promotion:
                     data = self._row(row)
@@ -409,9 +534,27 @@ class TierHarness:
                 else:
                     self.owner[row] = None
                     self._fill(row)
-        self._record(f"t.poll()  # reported {notes}")
+                    stored = True
+        self._record(f"t.poll({'' if count else 'False'})  # reported {notes}")
         self._check_pins()
+        cascades = any(not r.job.is_promotion for r in self.model.jobs.values())
+        if self.bounded and stored and not cascades:
+            if count:
+                self._count_readable()
+            else:  # the tier-poll thread's: the next cascade counts first
+                self.count_due = True
         return ids
+
+    def _count_readable(self) -> None:
+        """Once the last cascade in flight is reported, look every key up
+        once (a RETRY counts as no HIT): ``T4``. With no cascade in flight
+        no key can land, so the HITs describe one instant."""
+        self.count_due = False
+        hits = [
+            key for key in self.keys
+            if self._ask(key, POLL_CENSUS_REQUEST) is LookupResult.HIT
+        ]
+        check_capacity(self.model, hits)
 
     def _check_pins(self) -> None:
         """Look up the keys pinned by promotions still in flight (``T0``:
@@ -423,8 +566,13 @@ class TierHarness:
         """``drain_jobs()``, then ``get_finished_jobs()``: nothing may remain
         in flight (``T6``); a job still missing after a further 20 ms is
         lost (``T5``)."""
-        self.tier.drain_jobs()
+        self._bounded("drain_jobs", self.tier.drain_jobs, DRAIN_BOUND_S)
         self._record("t.drain()")
+        try:  # results not yet taken are pending work (raised once none is lost)
+            self.check_pending_work()
+            idle: SpecViolation | None = None
+        except SpecViolation as error:
+            idle = error
         self.poll()
         if self.model.jobs:
             time.sleep(0.02)
@@ -437,6 +585,8 @@ class TierHarness:
             raise SpecViolation(
                 Invariant.TIER_DRAIN, "drain_jobs returned while jobs were still in flight"
             )
+        if idle is not None:
+            raise idle
         pending = getattr(self.tier, "has_pending_work", None)
         check_drained(self.model, bool(pending()) if callable(pending) else None)
 
@@ -456,7 +606,12 @@ class TierHarness:
         hook = getattr(self.tier, "on_request_finished", None)
         if callable(hook):
             hook(self._context(req))
+        self._forget(self._context(req))
         self._record(f"t.finish_request({req})")
+
+    def _forget(self, context: ReqContext) -> None:
+        """A finished request's lookups answering RETRY are over."""
+        self.retrying = {a: n for a, n in self.retrying.items() if a[0] != context.req_id}
 
     def schedule_end(self) -> None:
         hook = getattr(self.tier, "on_schedule_end", None)
@@ -481,7 +636,9 @@ class TierHarness:
 
     def take_events(self) -> None:
         """``take_events()``: a stored event names a key stored before
-        (``T1``); per key, stored and removed alternate (``6 events``)."""
+        (``T1``); per key, stored and removed alternate, and a key announced
+        stored that read MISS before this take is removed by it or earlier
+        (``6 events``: a consumer holds the readable keys)."""
         hook = getattr(self.tier, "take_events", None)
         if not callable(hook):
             return
@@ -499,6 +656,18 @@ class TierHarness:
                     word = "removed without being stored" if removed else "stored twice"
                     raise SpecViolation(Invariant.EVENTS, f"tier event: {key!r} {word}")
                 (self.announced.discard if removed else self.announced.add)(key)
+                if removed:
+                    self.missing_announced.discard(key)
+        # a consumer that applied every event holds the readable keys: one
+        # it holds that read MISS before this take must have been removed
+        unremoved = sorted(self.missing_announced & self.announced)
+        self.missing_announced.clear()
+        if unremoved:
+            raise SpecViolation(
+                Invariant.EVENTS,
+                f"tier events: {unremoved[0]!r} read MISS while announced stored, and the "
+                "events taken since hold no removed event for it",
+            )
 
     def lookup_loading(self, req: int = 0) -> int:
         """Look up every key a promotion in flight pins: each must still be
@@ -511,43 +680,85 @@ class TierHarness:
         return len(pinned)
 
     def census(self) -> int:
-        """Look up every key (asking again while RETRY); every answer is
-        checked against the model, and the HITs number at most
-        ``capacity`` (``T4``). The number of HITs."""
-        req = 1000 + self.census_count
+        """Look up every key for two requests at once, as two waiting
+        requests sharing a prefix ask (asking again while RETRY, for at most
+        :data:`RETRY_BOUND_S`: ``T7``); every answer is checked against the
+        model, and, when no cascade is in flight, the HITs number at most
+        ``capacity`` (``T4``). The number of keys that answered HIT."""
+        req = 1000 + 2 * self.census_count
         self.census_count += 1
-        context = self._context(req)
-        hits: list[OffloadKey] = []
-        waiting = list(range(self.num_keys))
-        for _ in range(RETRY_ROUNDS):
+        # The lookups follow one another while the tier's threads run: the
+        # HITs describe one instant only when no key can land meanwhile, i.e.
+        # no cascade is in flight (every HIT key was then held at the first HIT)
+        atomic = not any(not r.job.is_promotion for r in self.model.jobs.values())
+        contexts = (self._context(req), self._context(req + 1))
+        hits: set[OffloadKey] = set()
+        waiting = [(index, context) for index in range(self.num_keys) for context in contexts]
+        deadline = time.perf_counter() + RETRY_BOUND_S
+        while waiting:
             retry = []
-            for index in waiting:
+            for index, context in waiting:
                 key = self.keys[index]
                 answer = self._ask(key, context)
                 if answer is LookupResult.HIT:
-                    hits.append(key)
+                    hits.add(key)
                 elif answer is LookupResult.RETRY:
-                    retry.append(index)
+                    retry.append((index, context))
             waiting = retry
             if not waiting:
                 break
+            if time.perf_counter() > deadline:
+                stuck = sorted({f"K[{index}] for {context.req_id}" for index, context in waiting})
+                raise SpecViolation(
+                    Invariant.TIER_PROGRESS,
+                    f"lookup answered RETRY for {RETRY_BOUND_S:g} s of asking again: "
+                    + ", ".join(stuck),
+                )
             hook = getattr(self.tier, "on_schedule_end", None)
             if callable(hook):
                 hook(None)
-            time.sleep(0.001)
+            time.sleep(0.0002)
         finish = getattr(self.tier, "on_request_finished", None)
         if callable(finish):
-            finish(context)
+            for context in contexts:
+                finish(context)
+                self._forget(context)
         self._record(f"t.census()  # {len(hits)} HIT")
-        if self.bounded:
+        if self.bounded and atomic:
             check_capacity(self.model, hits)
         return len(hits)
 
+    def tier_threads(self) -> list[str]:
+        """The names of the threads alive that the tier started."""
+        return sorted(
+            thread.name
+            for thread in threading.enumerate()
+            if thread not in self.threads_before
+            and thread.is_alive()
+            and not thread.name.startswith(KIT_THREAD_PREFIX)
+        )
+
     def close(self) -> None:
-        """``shutdown()`` (when the tier has it)."""
+        """``shutdown()`` (when the tier has it): it returns within
+        :data:`SHUTDOWN_BOUND_S`, and then no thread the tier started still
+        runs (``T7``: "release threads")."""
         hook = getattr(self.tier, "shutdown", None)
-        if callable(hook):
-            hook()
+        if self.closed or not callable(hook):
+            return
+        self.closed = True
+        self._bounded("shutdown", hook, SHUTDOWN_BOUND_S)
+        left = self.tier_threads()
+        if left:
+            raise SpecViolation(
+                Invariant.TIER_PROGRESS,
+                f"shutdown() returned while the tier's threads {left} still run",
+            )
+
+    def shutdown(self) -> None:
+        """End the run: ``shutdown()``, maybe with jobs in flight (see
+        :meth:`close`)."""
+        self._record("t.shutdown()")
+        self.close()
 
     # --- the replay script --------------------------------------------------
 
@@ -582,6 +793,7 @@ __all__ = [
     "ROW_BYTES",
     "TierFactory",
     "TierHarness",
+    "SubmittedJob",
     "TempDirTier",
     "TierOp",
     "lookup_answer",

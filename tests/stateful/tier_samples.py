@@ -170,6 +170,12 @@ class ThreadTier(DictTier):
                     self.loading[key] += 1
         self.jobs.put(job)
 
+    def touch(self, keys: Collection[OffloadKey], req_context: ReqContext) -> None:
+        # under the lock: the worker iterates the chunks when it evicts (the
+        # kit's noise found this tier's first version touching them unlocked)
+        with self.lock:
+            super().touch(keys, req_context)
+
     def get_finished_jobs(self) -> Iterable[TierJobResult]:
         with self.lock:
             done, self.finished = self.finished, []
@@ -402,7 +408,8 @@ CORRECT = {"dict_tier": dict_tier, "thread_tier": thread_tier}
 
 PLANTED: dict[str, tuple[Any, frozenset[Invariant]]] = {
     "torn_read": (torn_read, frozenset({Invariant.TIER_READABLE})),
-    "lost_job": (lost_job, frozenset({Invariant.TIER_JOBS})),
+    # a tier that forgets a job also says it has no pending work (T6)
+    "lost_job": (lost_job, frozenset({Invariant.TIER_JOBS, Invariant.TIER_DRAIN})),
     "double_report": (double_report, frozenset({Invariant.TIER_JOBS})),
     "wrong_slot": (wrong_slot, frozenset({Invariant.TIER_PROMOTION_SLOTS})),
     "unpinned_read": (unpinned_read, frozenset({Invariant.TIER_CASCADE_PINS})),
