@@ -92,6 +92,11 @@ def draw_ops(rng: random.Random, shape: TierRunShape, steps: int) -> list[TierOp
             keys = rng.sample(pool, min(size, len(pool)))
             stored += keys
             ops.append(TierOp("store", (keys, req)))
+        elif kind == "load" and stored and rng.random() < 0.15:
+            # now and then keys the tier may not hold (evicted since their
+            # HIT, or never stored): the load must fail for those
+            keys = rng.sample(range(shape.num_keys), size)
+            ops.append(TierOp("load", (keys, req, True)))
         elif kind == "load" and stored:
             keys = rng.sample(sorted(set(stored)), min(size, len(set(stored))))
             ops.append(TierOp("load", (keys, req)))

@@ -37,6 +37,7 @@ from kvoffload.spec.keys import OffloadKey, make_offload_key
 from kvoffload.spec.tier_contract import TierJob
 from kvoffload.spec.tier_model import (
     TierModel,
+    TierPhaseKind,
     check_capacity,
     check_drained,
     chunk_pattern,
@@ -452,13 +453,19 @@ class TierHarness:
         self._check_pins()  # a cascade may evict: not a key a promotion pins
         return job.job_id
 
-    def load(self, indices: list[int], req: int = 0) -> int | None:
+    def load(self, indices: list[int], req: int = 0, absent: bool = False) -> int | None:
         """A promotion of those ``K[i]`` the model holds present (a tiering
         manager promotes only keys the tier answered HIT for; one the tier
         evicted since is promoted all the same, and must fail) into free
-        rows, allocated for it. None when no key is present or the primary
-        has no free rows for it."""
-        indices = [i for i in indices if self.model.key(self.keys[i]).present]
+        rows, allocated for it; with ``absent``, of every ``K[i]`` named, the
+        absent ones standing for keys evicted since their HIT (the tier
+        table's ABSENT submit_load row: the load must fail for them). None
+        when no key is left or the primary has no free rows for it."""
+        indices = [
+            i for i in indices
+            if self.model.key(self.keys[i]).present
+            or (absent and self.model.key(self.keys[i]).kind is TierPhaseKind.ABSENT)
+        ]
         rows = self._free_rows(len(indices))
         if rows is None or not indices:
             return None
@@ -476,7 +483,7 @@ class TierHarness:
             self.model = self.model.confirm_load(job.job_id, key, shown)
             self._seen_missing(key, shown)
         self._record(
-            f"t.load({list(indices)}, req={req})  # job {job.job_id} into slots {list(rows)}; "
+            f"t.load({list(indices)}, req={req}{', absent=True' if absent else ''})  # job {job.job_id} into slots {list(rows)}; "
             f"then lookup: {answers}"
         )
         return job.job_id
