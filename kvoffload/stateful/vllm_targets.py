@@ -328,6 +328,11 @@ KNOWN_FINDINGS = (
         "first miss, so a repeated prompt is offloaded one block per two requests",
         ("protocol: repeated prompt",), "filter ", ((0, 20), (0, 28)),
     ),
+    KnownFinding(
+        "F8", "defect", "the example tier reports a promotion successful without "
+        "writing its bytes into the primary slots",
+        ("T1 tier readable",), "^tier example$", ((0, 33), (0, 33)),
+    ),
 )
 """The defects of docs/FINDINGS.md an audit of a release reports (the
 conventions, F4, F5 and F7, are named by the release's preset and pass)."""
@@ -500,7 +505,16 @@ def run_release_audit(args: argparse.Namespace) -> int:
         print(_with_header(report.render(), release, target))
     tier_reports = _audit_release_tiers(release, profile, args)
     for name, report in tier_reports:
-        results.append(result_of(report, f"vllm {release.version} tiers"))
+        finding = known_finding(release.version, f"tier {name}", report)
+        results.append(
+            result_of(
+                report,
+                f"vllm {release.version} tiers",
+                failed=fails_run(report, fail_on, known_finding=finding is not None),
+                finding=None if finding is None else finding.id,
+                kind=None if finding is None else finding.kind,
+            )
+        )
         if not report.passed:
             print()
             print(report.render().replace(
@@ -553,8 +567,10 @@ def _audit_release_tiers(
             chunk_bytes=CHUNK_BYTES,
         )
         word, _, detail = report.verdict().partition(": ")
+        finding = known_finding(release.version, f"tier {name}", report)
+        tag = "" if finding is None else f" [{finding.id}, {finding.kind}: {finding.summary}]"
         print(
-            f"{word} tier {name}{': ' + detail if detail else ''} ({report.examples} "
+            f"{word} tier {name}{': ' + detail if detail else ''}{tag} ({report.examples} "
             f"examples, {report.steps} steps, {report.seconds:.1f} s)",
             flush=True,
         )

@@ -29,25 +29,45 @@ def test_a_ci_audits_a_release(directory: Path, tmp_path: Path) -> None:
     full = run(*base, "--junit-xml", str(junit), "--json", str(report))
     assert full.returncode == 1, full.stdout + full.stderr
     lines = [line for line in full.stdout.splitlines() if line.startswith(("PASS ", "FAIL "))]
-    assert len(lines) == 4, full.stdout
-    for line in lines:
+    managers = [line for line in lines if " tier " not in line]
+    tiers = [line for line in lines if " tier " in line]
+    assert len(managers) == 4, full.stdout
+    for line in managers:
         assert "[F3, defect: " in line and "without illegal calls: PASS (150 examples" in line
+    # a release with tiering (0.33 on) audits its example and fs tiers too
+    tiered = version_of(directory) >= (0, 33)
+    assert len(tiers) == (2 if tiered else 0), full.stdout
+    for line in tiers:
+        assert line.startswith("PASS tier fs") or (
+            line.startswith("FAIL tier example") and "[F8, defect: " in line
+        ), line
     assert "outputs only" not in full.stdout  # the kit copies its own wrapper
 
     document = json.loads(report.read_text())
-    assert document["passed"] is False and len(document["targets"]) == 4
+    assert document["passed"] is False and len(document["targets"]) == 4 + len(tiers)
     for target in document["targets"]:
+        if target["name"].startswith("tier "):
+            assert target["finding"] == ("F8" if target["name"] == "tier example" else None)
+            continue
         assert target["finding"] == "F3" and target["kind"] == "defect"
         assert target["failed"] is True and target["seed"] == 0
         assert target["observability"] == "copy"
         assert target["replay"].rstrip().endswith("# --- end of the replay script ---")
     suites = ET.parse(junit).getroot()
     cases = suites.findall("./testsuite/testcase")
-    assert len(cases) == 4 and all(c.find("failure") is not None for c in cases)
+    assert len(cases) == 4 + len(tiers)
+    assert sum(c.find("failure") is not None for c in cases) == 4 + (1 if tiered else 0)
     failure = cases[0].find("failure")
     assert failure is not None and failure.get("type") == "errors"
     assert "make_factory(" in (failure.text or "") and "seed: 0" in (failure.text or "")
 
-    for option in (("--fail-on", "engine"), ("--fail-on", "new"), ("--no-illegal-calls",)):
+    # F3 needs illegal calls, which an engine never makes; F8 is met by an
+    # engine that uses the example tier, so it fails the run unless only new
+    # findings do
+    for option, expected in (
+        (("--fail-on", "engine"), 1 if tiered else 0),
+        (("--fail-on", "new"), 0),
+        (("--no-illegal-calls",), 1 if tiered else 0),
+    ):
         ci = run(*base, *option)
-        assert ci.returncode == 0, f"{option}: {ci.stdout}"
+        assert ci.returncode == expected, f"{option}: {ci.stdout}"
