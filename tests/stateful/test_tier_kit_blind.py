@@ -17,13 +17,17 @@ from tests.stateful.tier_corpus_verdicts import ALLOWED
 
 SEED = 3
 
-CAUGHT: dict[str, Invariant] = {
+CAUGHT: dict[str, Invariant | frozenset[Invariant]] = {
     # has_pending_work False with results not yet taken (checked after drain_jobs)
     "dict_poll.pending_ignores_results": Invariant.TIER_DRAIN,
     # jobs reach the tier in vLLM's shape: chunk_ids a numpy array
     "dict_poll.truthiness_on_chunk_ids": Invariant.CRASH,
-    # drain_jobs on an idle tier blocks: bounded by DRAIN_BOUND_S
-    "thread_worker.drain_event_starts_clear": Invariant.TIER_PROGRESS,
+    # drain_jobs on an idle tier blocks (bounded by DRAIN_BOUND_S: T7), and
+    # once set the event lets a later drain return with a job in flight (T6):
+    # which shows first depends on the worker thread's timing
+    "thread_worker.drain_event_starts_clear": frozenset(
+        {Invariant.TIER_PROGRESS, Invariant.TIER_DRAIN}
+    ),
     # shutdown with a cascade in flight returns before the worker ends
     "thread_worker.shutdown_without_join": Invariant.TIER_PROGRESS,
     # keys come in pairs of one block hash with KV-group indices 0 and 1
@@ -41,7 +45,9 @@ def test_a_defect_the_kit_used_to_miss_is_caught(name: str) -> None:
     assert not entry.correct
     report = audit_tier(entry.load(), seed=SEED)
     assert not report.passed, f"{name} passed"
-    assert report.invariant is CAUGHT[name], report.render()
+    expected = CAUGHT[name]
+    allowed = expected if isinstance(expected, frozenset) else frozenset({expected})
+    assert report.invariant in allowed, report.render()
 
 
 PASSING = sorted(
