@@ -97,6 +97,7 @@ def measure(
     device: str = "auto",
     seed: int = 0,
     direct_copy_min_bytes: int | None = None,
+    zero_copy: bool | None = None,
 ) -> tuple[str, list[TransferFigure]]:
     """Run every case; returns a description of the device and the figures."""
     import torch
@@ -113,16 +114,16 @@ def measure(
     rng = np.random.default_rng(seed)
     figures: list[TransferFigure] = []
     job_ids = iter(range(1 << 62))
-    pinned = False
+    pinned = mapped = False
     for block_bytes in block_sizes:
         count = max(8, total_bytes // block_bytes)
         pool = 2 * count
         gpu = torch.zeros((pool, block_bytes), dtype=torch.int8, device=dev)
         handlers = CpuGpuOffloadingHandlers(
             CanonicalKVCaches.single_group([gpu]), 1, pool,
-            direct_copy_min_bytes=direct_copy_min_bytes,
+            direct_copy_min_bytes=direct_copy_min_bytes, zero_copy=zero_copy,
         )
-        pinned = handlers.pinned
+        pinned, mapped = handlers.pinned, handlers.zero_copy
         cpu = handlers.cpu_tensors[0]
         cpu.zero_()
         host_bulk = torch.zeros((count, block_bytes), dtype=torch.int8,
@@ -174,17 +175,17 @@ def measure(
         handlers.gpu_to_cpu_handler.shutdown()
         handlers.cpu_to_gpu_handler.shutdown()
         del gpu, handlers, cpu, host_bulk, device_bulk
-    return _describe(dev, pinned=pinned), figures
+    return _describe(dev, pinned=pinned, zero_copy=mapped), figures
 
 
-def _describe(dev: torch.device, *, pinned: bool) -> str:
+def _describe(dev: torch.device, *, pinned: bool, zero_copy: bool = False) -> str:
     import torch
 
     threads = torch.get_num_threads()
     if dev.type == "cuda":
         name = torch.cuda.get_device_name(dev)
         return (f"CUDA {name} (torch {torch.__version__}); CPU side pinned: "
-                f"{pinned}")
+                f"{pinned}; batched rows: {'zero-copy' if zero_copy else 'staged'}")
     return (
         f"CPU only ({platform.machine()}, {threads} torch threads, torch "
         f"{torch.__version__}): no CUDA device, so both sides are host memory "
@@ -231,6 +232,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--threads", type=int_in(1, 1024), default=None,
         help="torch CPU threads (default: 1 without CUDA, where thread "
         "wake-ups otherwise dominate small copies; unchanged with CUDA)",
+    )
+    parser.add_argument(
+        "--zero-copy", choices=("auto", "on", "off"), default="auto",
+        help="handler tuning on CUDA: batched rows by GPU kernels over the "
+        "mapped CPU tier (on), through staging buffers (off), or zero-copy "
+        "where the driver maps pinned memory (auto)",
     )
     parser.add_argument("--json", type=writable_file, default=None, metavar="PATH",
                         help="also write the figures as JSON to PATH")
@@ -324,6 +331,7 @@ def _run(args: argparse.Namespace, device: str) -> int:
     description, figures = measure(
         sizes, total_bytes=total, repeats=args.repeats, device=device,
         seed=args.seed, direct_copy_min_bytes=args.direct_copy_min_bytes,
+        zero_copy={"auto": None, "on": True, "off": False}[args.zero_copy],
     )
     print(render(description, figures))
     if args.json:

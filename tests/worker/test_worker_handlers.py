@@ -14,7 +14,14 @@ from kvoffload.impl.specs import CPULoadStoreSpec, GPULoadStoreSpec
 from kvoffload.impl.worker.base import TransferResult, TransferSpec
 from kvoffload.impl.worker.cpu_gpu import CpuGpuOffloadingHandlers
 from kvoffload.spec.errors import ConfigurationError, TransferError
-from tests.worker.worker_helpers import DEVICES, assert_unchanged, make_caches, snapshot
+from tests.worker.worker_helpers import (
+    DEVICES,
+    assert_unchanged,
+    make_caches,
+    snapshot,
+    torch_device,
+    zero_copy_of,
+)
 
 ROWS = (24, 40)
 
@@ -26,7 +33,8 @@ def _handlers(device: str, *, factor: int = 2, cpu_blocks: int = 6, gpu_blocks: 
               rows: tuple[int, ...] = ROWS) -> CpuGpuOffloadingHandlers:
     caches = make_caches(device, gpu_blocks, rows, groups)
     return CpuGpuOffloadingHandlers(caches, factor, cpu_blocks, direct_copy_min_bytes=direct,
-                                    emulate_staging=device == "cpu-staged")
+                                    emulate_staging=device == "cpu-staged",
+                                    zero_copy=zero_copy_of(device))
 
 
 def _run(handler: object, job_id: int, spec: TransferSpec) -> TransferResult:
@@ -171,6 +179,14 @@ def test_bad_construction_is_rejected(device: str) -> None:
             CpuGpuOffloadingHandlers(caches, factor, blocks)
     with pytest.raises(ConfigurationError, match="direct_copy_min_bytes"):
         CpuGpuOffloadingHandlers(caches, 1, 4, direct_copy_min_bytes=-1)
+    with pytest.raises(ConfigurationError, match="zero_copy"):
+        CpuGpuOffloadingHandlers(caches, 1, 4, zero_copy=1)  # type: ignore[arg-type]
+    if torch_device(device) == "cpu":
+        with pytest.raises(ConfigurationError, match="zero_copy=True needs KV caches on CUDA"):
+            CpuGpuOffloadingHandlers(caches, 1, 4, zero_copy=True)
+    else:
+        with pytest.raises(ConfigurationError, match="not pinned"):
+            CpuGpuOffloadingHandlers(caches, 1, 4, zero_copy=True, pin_memory=False)
 
 
 def test_cpu_tier_geometry(device: str) -> None:
@@ -178,5 +194,8 @@ def test_cpu_tier_geometry(device: str) -> None:
     assert [tuple(t.shape) for t in handlers.cpu_tensors] == [(12, 24), (12, 40)]
     assert tuple(handlers.cpu_block_view(1).shape) == (6, 80)
     assert handlers.cpu_bytes == 12 * (24 + 40)
-    assert handlers.pinned == (device == "cuda")
+    assert handlers.pinned == (torch_device(device) == "cuda")
+    # H100 with torch 2.11 (a lent machine, 2026-11-26) maps pinned memory;
+    # a driver that does not would fail here, the handlers falling back.
+    assert handlers.zero_copy == (device == "cuda")
     assert all(t.device.type == "cpu" for t in handlers.cpu_tensors)

@@ -90,6 +90,7 @@ class IntegrityMachine(RuleBasedStateMachine):
     store_threshold: ClassVar[int] = 1
     direct_copy_min_bytes: ClassVar[int] = 48
     emulate_staging: ClassVar[bool] = False
+    zero_copy: ClassVar[bool | None] = None
 
     def __init__(self) -> None:
         super().__init__()
@@ -104,6 +105,7 @@ class IntegrityMachine(RuleBasedStateMachine):
             16, offloaded_block_size=16 * self.factor, num_cpu_blocks=self.cpu_blocks,
             cache_policy=self.policy, store_threshold=self.store_threshold,
             enable_events=True, direct_copy_min_bytes=self.direct_copy_min_bytes,
+            zero_copy=self.zero_copy,
         ))
         self.manager = spec.get_manager()
         core = self.manager.backing if isinstance(
@@ -421,6 +423,14 @@ class CudaTwoGroups(TwoGroupsARCReuseFilter):
     direct_copy_min_bytes = 48
 
 
+class CudaTwoGroupsStaged(TwoGroupsARCReuseFilter):
+    """Batched rows through pinned staging buffers, not zero-copy."""
+
+    device = "cuda"
+    direct_copy_min_bytes = 48
+    zero_copy = False
+
+
 _gpu = [pytest.mark.gpu, pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device")]
 TestIntegrityCudaSingleGroup = pytest.mark.gpu(
     pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device")(CudaSingleGroup.TestCase)
@@ -430,6 +440,10 @@ TestIntegrityCudaTwoGroups = pytest.mark.gpu(
     pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device")(CudaTwoGroups.TestCase)
 )
 TestIntegrityCudaTwoGroups.settings = SETTINGS
+TestIntegrityCudaTwoGroupsStaged = pytest.mark.gpu(
+    pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device")(CudaTwoGroupsStaged.TestCase)
+)
+TestIntegrityCudaTwoGroupsStaged.settings = SETTINGS
 
 
 def test_a_scripted_round_trip_through_manager_and_worker() -> None:

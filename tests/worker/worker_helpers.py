@@ -29,9 +29,23 @@ DEVICES = [
             pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device"),
         ],
     ),
+    pytest.param(
+        "cuda-staged",
+        id="cuda-staged",
+        marks=[
+            pytest.mark.gpu,
+            pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device"),
+        ],
+    ),
 ]
 """Parametrize a ``device`` argument with these: CPU always (plain, and
-through the CUDA path's staging, emulated), CUDA when present."""
+through the CUDA path's staging, emulated), CUDA when present (with the
+default, zero-copy where the driver maps the CPU tier, and staged)."""
+
+
+def zero_copy_of(device: str) -> bool | None:
+    """The handlers' ``zero_copy`` for a ``DEVICES`` value."""
+    return False if device == "cuda-staged" else None
 
 
 def torch_device(device: str) -> str:

@@ -12,10 +12,16 @@ live on the CPU the same handlers copy synchronously, so the index
 arithmetic and the bytes are testable without a GPU.
 
 Copies per transfer and tensor: each run of consecutive rows (on both sides)
-of at least ``direct_copy_min_bytes`` is one ``copy_``; every other row goes
-in one batched gather and scatter (on CUDA through pinned staging buffers:
-gather on the side that owns the source rows, one DMA, scatter on the side
-that owns the destination rows). No Python loop runs per block.
+of at least ``direct_copy_min_bytes`` is one ``copy_`` (a DMA on CUDA);
+every other row goes in one batched gather and scatter. On CUDA the batched
+rows move *zero-copy* where the driver maps the pinned CPU tier into the
+GPU's address space (checked once, when the handlers are built): one kernel
+gathers the source rows and one scatters them, the CPU side read or written
+by the GPU over the bus, with no staging buffer and no host-side copy.
+Without that mapping (or with ``zero_copy=False``) they go through pinned
+staging buffers: gather on the side that owns the source rows, one DMA,
+scatter on the side that owns the destination rows. No Python loop runs per
+block.
 """
 
 from __future__ import annotations
@@ -43,6 +49,7 @@ from kvoffload.impl.worker.canonical import CanonicalKVCaches
 from kvoffload.impl.worker.planning import (
     DEFAULT_DIRECT_COPY_MIN_BYTES,
     HOST_DIRECT_COPY_MIN_BYTES,
+    ZERO_COPY_DIRECT_COPY_MIN_BYTES,
     BlockRows,
     IntArray,
     RowCopyPlan,
@@ -87,6 +94,9 @@ class _Layout:
     device: torch.device
     # Route batched rows through staging buffers (always on CUDA).
     staged: bool
+    # On CUDA with zero-copy: the CPU tensors as CUDA tensors (the same
+    # pinned memory, mapped into the GPU's address space); else None.
+    host_views: tuple[torch.Tensor, ...] | None = None
 
     @property
     def on_cuda(self) -> bool:
@@ -286,10 +296,17 @@ class SingleDirectionOffloadingHandler(OffloadingHandler):
         layout = self._layout
         device, pin = layout.device, layout.on_cuda
         device_indices: dict[int, torch.Tensor] = {}
-        for (src, dst), plan in zip(self._tensor_pairs(), plans):
+        pair_indices: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        for idx, ((src, dst), plan) in enumerate(zip(self._tensor_pairs(), plans)):
             _copy_runs(src, dst, plan, non_blocking=True)
             count = int(plan.gather_src.shape[0])
             if count == 0:
+                continue
+            if layout.host_views is not None:
+                self._enqueue_zero_copy(
+                    transfer, layout.host_views[idx], layout.gpu_tensors[idx], plan,
+                    pair_indices,
+                )
                 continue
             row_bytes = int(src.shape[1])
             # The pinned staging buffer and the device-side index stay alive
@@ -316,6 +333,34 @@ class SingleDirectionOffloadingHandler(OffloadingHandler):
                 on_device = staging.view(word).to(device, non_blocking=True)
                 dst.view(word).index_copy_(0, index, on_device)
                 transfer.keepalive += [staging, on_device, index]
+
+    def _enqueue_zero_copy(
+        self,
+        transfer: _Transfer,
+        host: torch.Tensor,
+        device_side: torch.Tensor,
+        plan: RowCopyPlan,
+        device_indices: dict[int, tuple[torch.Tensor, torch.Tensor]],
+    ) -> None:
+        """One tensor's batched rows, GPU kernels only: a gather of the
+        source rows and a scatter into the destination rows, one side
+        (``host``) being the CPU tier's memory as the GPU maps it. Tensors
+        sharing a plan share its indices."""
+        layout = self._layout
+        src, dst = (device_side, host) if self._to_cpu else (host, device_side)
+        indices = device_indices.get(id(plan))
+        if indices is None:
+            both = np.concatenate((plan.gather_src, plan.gather_dst))
+            on_device = torch.from_numpy(both).to(layout.device, non_blocking=True)
+            count = int(plan.gather_src.shape[0])
+            indices = (on_device[:count], on_device[count:])
+            device_indices[id(plan)] = indices
+            transfer.keepalive.append(on_device)
+        src_index, dst_index = indices
+        word = _word_dtype(src) if _word_dtype(src) == _word_dtype(dst) else torch.int8
+        gathered = torch.index_select(src.view(word), 0, src_index)
+        dst.view(word).index_copy_(0, dst_index, gathered)
+        transfer.keepalive.append(gathered)
 
     def _take_event(self) -> torch.cuda.Event:
         if self._event_pool:
@@ -447,14 +492,25 @@ class CpuGpuOffloadingHandlers:
     are on CUDA and ``pin_memory`` holds, and plain memory otherwise.
 
     ``direct_copy_min_bytes`` defaults to
+    :data:`~kvoffload.impl.worker.planning.ZERO_COPY_DIRECT_COPY_MIN_BYTES`
+    on CUDA with zero-copy,
     :data:`~kvoffload.impl.worker.planning.DEFAULT_DIRECT_COPY_MIN_BYTES` on
-    CUDA and :data:`~kvoffload.impl.worker.planning.HOST_DIRECT_COPY_MIN_BYTES`
+    CUDA without, and :data:`~kvoffload.impl.worker.planning.HOST_DIRECT_COPY_MIN_BYTES`
     on the CPU.
 
     ``emulate_staging`` (KV caches on the CPU only) sends batched rows through
     the path CUDA uses — gather, staging buffer, scatter, with scatters into
     the CPU tier deferred until :meth:`get_finished` — so that path's index
     arithmetic and ordering can be tested without a GPU.
+
+    ``zero_copy`` (CUDA only): ``None`` (the default) moves batched rows
+    with GPU kernels that read and write the pinned CPU tier in place
+    wherever the driver maps it into the GPU's address space, which a probe
+    checks once here (a kernel writes and reads a few bytes through the
+    mapping), and through staging buffers elsewhere; ``True`` insists (a
+    :class:`ConfigurationError` when the probe fails or the tier is not
+    pinned); ``False`` always stages. :attr:`zero_copy` says which is in
+    effect.
 
     Raises :class:`ConfigurationError` for malformed ``kv_caches`` (see
     :meth:`CanonicalKVCaches.validate`) or non-positive counts.
@@ -469,6 +525,7 @@ class CpuGpuOffloadingHandlers:
         pin_memory: bool = True,
         direct_copy_min_bytes: int | None = None,
         emulate_staging: bool = False,
+        zero_copy: bool | None = None,
     ) -> None:
         for name, value in (
             ("block_size_factor", block_size_factor),
@@ -480,6 +537,8 @@ class CpuGpuOffloadingHandlers:
             raise ConfigurationError(
                 f"direct_copy_min_bytes must be >= 0, got {direct_copy_min_bytes}"
             )
+        if zero_copy is not None and not isinstance(zero_copy, bool):
+            raise ConfigurationError(f"zero_copy must be None or a bool, got {zero_copy!r}")
         num_gpu_blocks = kv_caches.validate()
         self.kv_caches = kv_caches
         device = kv_caches.tensors[0].tensor.device
@@ -491,6 +550,17 @@ class CpuGpuOffloadingHandlers:
             num_cpu_blocks * block_size_factor,
             pin,
         )
+        host_views = None
+        if device.type == "cuda" and zero_copy is not False:
+            host_views = _map_into_device(cpu_tensors, device) if self.pinned else None
+            if host_views is None and zero_copy:
+                raise ConfigurationError(
+                    "zero_copy=True, but the CPU tier is not pinned or this "
+                    "driver does not map pinned memory into the GPU's address space"
+                )
+        elif zero_copy and device.type != "cuda":
+            raise ConfigurationError("zero_copy=True needs KV caches on CUDA")
+        self.zero_copy = host_views is not None
         all_groups = tuple(range(kv_caches.num_groups))
         tensor_groups: list[tuple[int, ...] | None] = []
         for idx in range(len(kv_caches.tensors)):
@@ -511,15 +581,18 @@ class CpuGpuOffloadingHandlers:
             block_size_factor=block_size_factor,
             device=device,
             staged=device.type == "cuda" or emulate_staging,
+            host_views=host_views,
         )
         self.block_size_factor = block_size_factor
         self.num_cpu_blocks = num_cpu_blocks
         self.num_gpu_blocks = num_gpu_blocks
         if direct_copy_min_bytes is None:
-            direct_copy_min_bytes = (
-                DEFAULT_DIRECT_COPY_MIN_BYTES if self._layout.staged
-                else HOST_DIRECT_COPY_MIN_BYTES
-            )
+            if self.zero_copy:
+                direct_copy_min_bytes = ZERO_COPY_DIRECT_COPY_MIN_BYTES
+            elif self._layout.staged:
+                direct_copy_min_bytes = DEFAULT_DIRECT_COPY_MIN_BYTES
+            else:
+                direct_copy_min_bytes = HOST_DIRECT_COPY_MIN_BYTES
         self.direct_copy_min_bytes = direct_copy_min_bytes
         self.gpu_to_cpu_handler = SingleDirectionOffloadingHandler(
             self._layout, to_cpu=True, direct_copy_min_bytes=direct_copy_min_bytes
@@ -558,3 +631,52 @@ def _allocate_cpu_tensors(
             logger.warning("pinned memory unavailable; using pageable CPU memory",
                            exc_info=True)
     return [torch.empty((num_rows, width), dtype=torch.int8) for width in row_bytes], False
+
+
+class _PinnedRows:
+    """A pinned CPU tensor's memory described through the CUDA array
+    interface, so that torch wraps it as a CUDA tensor (torch accepts host
+    memory the driver has registered). Holds the tensor: the view keeps
+    this object, and so the memory, alive."""
+
+    def __init__(self, tensor: torch.Tensor) -> None:
+        self.tensor = tensor
+        self.__cuda_array_interface__ = {
+            "shape": tuple(tensor.shape),
+            "typestr": "|i1",
+            "data": (tensor.data_ptr(), False),
+            "strides": None,
+            "version": 2,
+        }
+
+
+def _map_into_device(
+    cpu_tensors: list[torch.Tensor], device: torch.device
+) -> tuple[torch.Tensor, ...] | None:
+    """``cpu_tensors`` (pinned, int8, contiguous) as CUDA tensors over the
+    same memory, or None where that fails: a kernel must write bytes the
+    host then reads, and read bytes the host wrote."""
+    try:
+        views = tuple(
+            torch.as_tensor(_PinnedRows(tensor), device=device) for tensor in cpu_tensors
+        )
+        for tensor, view in zip(cpu_tensors, views):
+            if view.data_ptr() != tensor.data_ptr() or view.shape != tensor.shape:
+                return None
+            if tensor.numel() == 0:
+                continue
+            probe = tensor.view(-1)[:64]
+            view_probe = view.view(-1)[: probe.numel()]
+            view_probe.fill_(0x5A)  # a kernel writes host memory
+            torch.cuda.synchronize(device)
+            if not bool((probe == 0x5A).all()):
+                return None
+            probe.fill_(0x21)  # the host writes; a kernel reads
+            if int(view_probe.to(torch.int32).sum().item()) != 0x21 * probe.numel():
+                return None
+            probe.zero_()
+        return views
+    except (RuntimeError, TypeError, ValueError):
+        logger.warning("pinned CPU memory cannot be mapped into %s; staging instead",
+                       device, exc_info=True)
+        return None

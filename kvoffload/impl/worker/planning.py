@@ -27,6 +27,14 @@ DEFAULT_DIRECT_COPY_MIN_BYTES = 128 * 1024
 each); shorter ones are batched. Below about this size a copy's launch
 overhead outweighs its transfer time over PCIe."""
 
+ZERO_COPY_DIRECT_COPY_MIN_BYTES = 1024 * 1024
+"""On CUDA with zero-copy (the CPU tier mapped into the GPU): runs of at
+least this many bytes are one DMA each; shorter ones go to the gather and
+scatter kernels. Measured on an H100 (PCIe, torch 2.11, 256 MiB per
+transfer): scattered 256 KiB rows moved at 43 GB/s by kernels against
+31 GB/s as one DMA per row; 2 MiB rows at 45-50 GB/s as DMAs against
+43-48 by kernels (docs/PERFORMANCE.md)."""
+
 HOST_DIRECT_COPY_MIN_BYTES = 32 * 1024
 """The same threshold when both sides are host memory: a batched row costs a
 second memcpy, a direct one a few microseconds of call overhead."""

@@ -76,6 +76,9 @@ class CPUOffloadingConfig:
     - ``direct_copy_min_bytes``: runs of consecutive blocks at least this
       long are copied one copy per run; shorter ones are batched (default:
       chosen by the device, see :class:`CpuGpuOffloadingHandlers`).
+    - ``zero_copy``: on CUDA, move batched rows with GPU kernels over the
+      pinned CPU tier mapped into the GPU (``None``: where the driver maps
+      it; ``True``: insist; ``False``: through staging buffers).
 
     Every field is checked on construction; a bad value raises
     :class:`~kvoffload.spec.errors.ConfigurationError`.
@@ -102,6 +105,7 @@ class CPUOffloadingConfig:
     enable_events: bool = attrs.field(default=False, kw_only=True)
     pin_memory: bool = attrs.field(default=True, kw_only=True)
     direct_copy_min_bytes: int | None = attrs.field(default=None, kw_only=True)
+    zero_copy: bool | None = attrs.field(default=None, kw_only=True)
 
     def __attrs_post_init__(self) -> None:
         if self.cache_policy not in CACHE_POLICIES:
@@ -124,6 +128,8 @@ class CPUOffloadingConfig:
                 "direct_copy_min_bytes must be an int >= 0, got "
                 f"{self.direct_copy_min_bytes!r}"
             )
+        if self.zero_copy is not None and not isinstance(self.zero_copy, bool):
+            raise ConfigurationError(f"zero_copy must be None or a bool, got {self.zero_copy!r}")
         if (self.num_cpu_blocks is None) == (self.cpu_bytes is None):
             raise ConfigurationError("give exactly one of num_cpu_blocks and cpu_bytes")
         if self.cpu_bytes is not None:
@@ -246,5 +252,6 @@ class CPUOffloadingSpec(OffloadingSpec):
             num_cpu_blocks=self.num_cpu_blocks,
             pin_memory=self.config.pin_memory,
             direct_copy_min_bytes=self.config.direct_copy_min_bytes,
+            zero_copy=self.config.zero_copy,
         )
         return self._handlers
