@@ -123,9 +123,22 @@ def test_a_job_id_in_flight_cannot_be_reused(device: str) -> None:
     assert store.transfer_async(1, (GPULoadStoreSpec([0]), CPULoadStoreSpec([0])))
     with pytest.raises(TransferError, match="already in flight"):
         store.transfer_async(1, (GPULoadStoreSpec([1]), CPULoadStoreSpec([1])))
-    store.shutdown()
+    store.wait([1])
     assert [r.job_id for r in store.get_finished()] == [1]
     assert store.transfer_async(1, (GPULoadStoreSpec([1]), CPULoadStoreSpec([1])))
+
+
+def test_shutdown_waits_then_refuses_submissions(device: str) -> None:
+    handlers = _handlers(device, factor=1)
+    store = handlers.gpu_to_cpu_handler
+    assert store.transfer_async(1, (GPULoadStoreSpec([0]), CPULoadStoreSpec([0])))
+    store.shutdown()
+    assert [r.job_id for r in store.get_finished()] == [1]
+    before = snapshot(handlers.cpu_tensors)
+    with pytest.raises(TransferError, match="shut down"):
+        store.transfer_async(2, (GPULoadStoreSpec([1]), CPULoadStoreSpec([1])))
+    assert_unchanged(before, handlers.cpu_tensors)
+    assert store.get_finished() == []
 
 
 BAD_STORES = [

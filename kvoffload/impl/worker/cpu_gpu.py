@@ -154,11 +154,14 @@ class SingleDirectionOffloadingHandler(OffloadingHandler):
         self._stream_pool: list[torch.cuda.Stream] = []
         self._event_pool: list[torch.cuda.Event] = []
         self._staging: torch.Tensor | None = None
+        self._shut_down = False
 
     # ----------------------------------------------------------- submission
 
     def transfer_async(self, job_id: int, spec: TransferSpec) -> bool:
         job_id, (src, dst) = check_transfer(job_id, spec)
+        if self._shut_down:
+            raise TransferError(f"job {job_id}: the handler is shut down")
         rows = self._map_rows(src, dst)
         if job_id in self._job_ids:
             raise TransferError(f"job {job_id} is already in flight")
@@ -423,6 +426,10 @@ class SingleDirectionOffloadingHandler(OffloadingHandler):
         )
 
     def shutdown(self) -> None:
+        """Wait for every job (their results stay for :meth:`get_finished`)
+        and release the streams and events; later submissions raise
+        :class:`TransferError`."""
+        self._shut_down = True
         self.wait(list(self._job_ids))
         self._stream_pool.clear()
         self._event_pool.clear()
