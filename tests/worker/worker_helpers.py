@@ -18,25 +18,19 @@ from kvoffload.impl.worker.canonical import (
 
 HAS_CUDA = torch.cuda.is_available()
 
+def _on_cuda(device: str) -> object:
+    return pytest.param(
+        device,
+        id=device,
+        marks=[pytest.mark.gpu, pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device")],
+    )
+
+
 DEVICES = [
     pytest.param("cpu", id="cpu"),
     pytest.param("cpu-staged", id="cpu-staged"),
-    pytest.param(
-        "cuda",
-        id="cuda",
-        marks=[
-            pytest.mark.gpu,
-            pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device"),
-        ],
-    ),
-    pytest.param(
-        "cuda-staged",
-        id="cuda-staged",
-        marks=[
-            pytest.mark.gpu,
-            pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device"),
-        ],
-    ),
+    _on_cuda("cuda"),
+    _on_cuda("cuda-staged"),
 ]
 """Parametrize a ``device`` argument with these: CPU always (plain, and
 through the CUDA path's staging, emulated), CUDA when present (with the
