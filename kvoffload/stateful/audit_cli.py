@@ -24,7 +24,7 @@ from kvoffload.spec.contract import OffloadingManager
 from kvoffload.spec.profile import DEFAULT, LEGACY, Profile, preset_names, profile_named
 from kvoffload.stateful.auditing import DEFAULT_EXAMPLES, AuditReport, audit
 from kvoffload.stateful.harness import POLICIES, ReuseFilterParams, with_overrides
-from kvoffload.stateful.legacy import LegacyManagerAdapter
+from kvoffload.stateful.legacy import LegacyManagerAdapter, LegacyOffloadingManager
 from kvoffload.stateful.progress import Progress
 from kvoffload.stateful.reports import TargetResult, result_of, write_reports
 from kvoffload.stateful.targets import (
@@ -44,30 +44,38 @@ class TargetError(Exception):
     """``--target`` does not name an importable callable."""
 
 
-def resolve_target(spec: str, legacy: bool = False) -> Factory:
-    """Import ``module:callable``; wrap its managers for the legacy API."""
+def import_callable(spec: str, option: str) -> Callable[..., object]:
+    """The callable ``module:attr[.attr...]`` names, imported;
+    :class:`TargetError` (one line, for ``option``) when it cannot be."""
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
-        raise TargetError(f"--target must look like module:callable, got {spec!r}")
+        raise TargetError(f"{option} must look like module:callable, got {spec!r}")
     try:
         module = importlib.import_module(module_name)
     except Exception as error:  # ImportError, SyntaxError, or the module's own error
         raise TargetError(
             f"cannot import {module_name!r}: {type(error).__name__}: {error}"
         ) from None
-    factory: object = module
+    found: object = module
     for part in attr.split("."):
-        factory = getattr(factory, part, None)
-        if factory is None:
+        found = getattr(found, part, None)
+        if found is None:
             raise TargetError(f"{module_name!r} has no attribute {attr!r}")
-    if not callable(factory):
+    if not callable(found):
         raise TargetError(f"{spec} is not callable")
+    return cast(Callable[..., object], found)
+
+
+def resolve_target(spec: str, legacy: bool = False) -> Factory:
+    """Import ``module:callable``; wrap its managers for the legacy API."""
+    factory = import_callable(spec, "--target")
+    attr = spec.partition(":")[2]
     check_factory(spec, cast(Callable[[int], object], factory), legacy)
     if legacy:
         inner = factory
 
         def wrapped(num_blocks: int) -> OffloadingManager:
-            return LegacyManagerAdapter(inner(num_blocks))
+            return LegacyManagerAdapter(cast(LegacyOffloadingManager, inner(num_blocks)))
 
         wrapped.__qualname__ = attr
         return wrapped
@@ -308,20 +316,7 @@ def resolve_tier(spec: str) -> TierFactory:
     ``factory(capacity_blocks, primary_kv_view)`` and return an object with
     a tier's methods (checked by name on one tier built with capacity 1;
     :class:`TargetError` otherwise)."""
-    module_name, sep, attr = spec.partition(":")
-    if not sep or not module_name or not attr:
-        raise TargetError(f"--tier must look like module:callable, got {spec!r}")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as error:
-        raise TargetError(f"cannot import {module_name!r}: {error}") from error
-    factory: object = module
-    for part in attr.split("."):
-        factory = getattr(factory, part, None)
-        if factory is None:
-            raise TargetError(f"{module_name!r} has no attribute {attr!r}")
-    if not callable(factory):
-        raise TargetError(f"{spec} is not callable")
+    factory = import_callable(spec, "--tier")
     try:
         inspect.signature(factory).bind(1, memoryview(b""))
     except TypeError:

@@ -103,3 +103,19 @@ def test_progress_lines_while_running() -> None:
     assert lines[1].startswith("  lru: 2/2 examples")
     assert "shrinking (1 replays)" in lines[2]
     assert lines[-1].endswith(": FAIL (5 liveness)")
+
+
+@pytest.mark.parametrize("option", ["--target", "--tier"])
+def test_a_module_that_fails_on_import_is_a_usage_error(
+    option: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    (tmp_path / "broken_backend_mod.py").write_text("def factory(:\n")  # a SyntaxError
+    (tmp_path / "raising_backend_mod.py").write_text("raise RuntimeError('no GPU here')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for module, why in (("broken_backend_mod", "SyntaxError"),
+                        ("raising_backend_mod", "RuntimeError: no GPU here")):
+        assert main(["audit", option, f"{module}:factory", "--examples", "1"]) == 2
+        err = capsys.readouterr().err
+        assert f"cannot import '{module}'" in err and why in err
+        assert "Traceback" not in err
