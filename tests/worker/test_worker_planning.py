@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvoffload.impl.specs import CPULoadStoreSpec, GPULoadStoreSpec
-from kvoffload.impl.worker.planning import map_block_rows, plan_row_copies
+from kvoffload.impl.worker.planning import _has_repeats, map_block_rows, plan_row_copies
 from kvoffload.spec.errors import TransferError
 
 
@@ -172,3 +172,24 @@ def test_plan_batches_short_runs_in_order() -> None:
     assert (plan.run_src.tolist(), plan.run_dst.tolist(), plan.run_lengths.tolist()) == ([9], [1], [3])
     assert plan.gather_src.tolist() == [5, 2]
     assert plan.gather_dst.tolist() == [0, 7]
+
+
+@given(
+    rows=st.lists(st.integers(0, 299), max_size=40),
+    spare=st.sampled_from([0, 1, 10**6]),
+)
+def test_repeated_destinations_are_found_by_mask_and_by_sort(rows: list[int], spare: int) -> None:
+    """Both ways of finding a repeated destination row (a mask over a small
+    range, a sort over a large one) agree with a set."""
+    array = np.asarray(rows, dtype=np.int64)
+    limit = 300 + spare
+    assert _has_repeats(array, limit) == (len(set(rows)) != len(rows))
+
+
+def test_a_store_naming_a_cpu_row_twice_is_refused_in_a_large_tier() -> None:
+    with pytest.raises(TransferError, match="more than once"):
+        map_block_rows(
+            GPULoadStoreSpec([0, 1]), CPULoadStoreSpec([5, 5]),
+            block_size_factor=1, num_groups=1, num_gpu_blocks=4,
+            num_cpu_blocks=10**7, to_cpu=True,
+        )
