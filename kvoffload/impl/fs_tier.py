@@ -18,6 +18,11 @@ chunk. A load reads the file straight into the primary slot and checks its
 length and (by default) its checksum: a truncated or corrupt file is a failed
 load, never wrong bytes, and the file is dropped.
 
+A store that evicts a chunk rewrites the evicted chunk's file rather than
+removing it and creating a new one (``recycle_files``): the file is renamed to
+the new chunk's temp name, overwritten and renamed again, so the same rules
+hold (its old bytes are never readable under the new name).
+
 The serial in the name (one counter per directory, never reused) makes every
 store of a key a distinct file: removing an evicted chunk can never race with
 a later store of the same key, and when a crash left two files for one key
@@ -286,7 +291,8 @@ class _Job:
         # items not yet copied plus keys waiting on another job's store
         self.pending = 0
         self.ok: set[OffloadKey] = set()
-        # files of keys this job evicted, removed before it writes
+        # files of keys this job evicted: each rewritten by one of its store
+        # items (recycle_files), else removed before it writes
         self.doomed: list[str] = []
 
 
