@@ -322,7 +322,11 @@ class FileSystemTier:
       evicted chunk's file (renamed to the new chunk's temp name first)
       instead of removing it and creating a new one; creating a file costs
       far more than rewriting one whose blocks are allocated. Old bytes are
-      never readable under the new name (see ``_write_chunk``).
+      never readable under the new name (see ``_write_chunk``). Only with
+      ``checksum``: after a power loss a recycled file whose new bytes had
+      not reached the disk holds the evicted chunk's bytes at the right
+      length, which only the CRC catches. :attr:`recycles_files` says
+      whether files are recycled.
     - ``enable_events`` (False): queue :class:`OffloadingEvent` s for
       ``take_events``; ``medium`` (``"DISK"``) and ``block_size`` (0) are
       what they carry.
@@ -373,7 +377,11 @@ class FileSystemTier:
         if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 0:
             raise ConfigurationError(f"block_size must be an int >= 0, got {block_size!r}")
         self._checksum = checksum
-        self._recycle = recycle_files
+        # recycling needs the checksum: after a power loss a recycled file
+        # whose new bytes never reached the disk holds the evicted chunk's
+        # bytes at the right length, which only the CRC in its name catches
+        self.recycles_files: bool = recycle_files and checksum
+        self._recycle = self.recycles_files
         self._events_on = enable_events
         self.medium = medium
         self._event_block_size = block_size
