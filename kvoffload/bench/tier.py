@@ -18,6 +18,12 @@ page-aligned primary buffer) move four ways; every figure is the median of
   (each chunk on the disk before it becomes readable); no ``syncfs``.
 - ``load, page cache``: the reads again with the pages cached, kvoffload's
   tier with ``direct_io=False`` (by default it bypasses the page cache).
+- ``store, full tier``: kvoffload's tier is first filled (untimed) with as
+  many other chunks as it holds, so every timed store evicts one: the state
+  a disk tier spends its life in. The evicted chunk's file is rewritten
+  (``recycle_files``, the default). ``store, full tier, no recycling``: the
+  same with ``recycle_files=False`` (evicted files removed, new ones
+  created). Timed as ``store``; vLLM's tier has no capacity, so no figure.
 
 Both tiers use ``O_DIRECT`` by default where the file system allows it.
 vLLM's tier has no fsync option and no buffered mode where ``O_DIRECT``
@@ -59,7 +65,9 @@ STORE = "store"
 LOAD = "load"
 STORE_FSYNC = "store, fsync per chunk"
 LOAD_CACHED = "load, page cache"
-OPERATIONS = (STORE, LOAD, STORE_FSYNC, LOAD_CACHED)
+STORE_FULL = "store, full tier"
+STORE_FULL_UNLINK = "store, full tier, no recycling"
+OPERATIONS = (STORE, LOAD, STORE_FSYNC, LOAD_CACHED, STORE_FULL, STORE_FULL_UNLINK)
 
 
 def parse_size(text: str) -> int:
@@ -173,7 +181,14 @@ def _ceiling(primary: Primary, directory: Path) -> dict[str, float]:
             os.close(fd)
         return time.perf_counter() - start
 
-    seconds = {STORE: written, STORE_FSYNC: written, LOAD: read(), LOAD_CACHED: read()}
+    seconds = {
+        STORE: written,
+        STORE_FSYNC: written,
+        STORE_FULL: written,
+        STORE_FULL_UNLINK: written,
+        LOAD: read(),
+        LOAD_CACHED: read(),
+    }
     if not np.array_equal(primary, expected):
         raise RuntimeError("the ceiling read back other bytes")
     path.unlink()
@@ -241,6 +256,8 @@ def _kvoffload(
         (STORE, LOAD, {}),
         (STORE_FSYNC, "", {"fsync": "chunk"}),
         ("", LOAD_CACHED, {"direct_io": False}),
+        (STORE_FULL, "", {"recycle_files": True}),
+        (STORE_FULL_UNLINK, "", {"recycle_files": False}),
     )
     for store_operation, load_operation, options in cases:
         where = directory / "kvoffload"
@@ -250,10 +267,17 @@ def _kvoffload(
         try:
             if not options:
                 direct = tier.direct_io
+            full = "recycle_files" in options
+            if full:  # fill the tier first (untimed): every timed store evicts
+                _run_jobs(
+                    tier.submit_store, tier.drain_jobs, tier.get_finished_jobs,
+                    _jobs(_filler(keys), job_chunks, promotion=False, first_id=len(keys)),
+                    sync=directory,
+                )
             store_jobs = _jobs(keys, job_chunks, promotion=False, first_id=0)
             elapsed, times = _run_jobs(
                 tier.submit_store, tier.drain_jobs, tier.get_finished_jobs, store_jobs,
-                sync=None if options else directory,
+                sync=directory if full or not options else None,
             )
             submits += times
             if store_operation:
@@ -279,6 +303,11 @@ def _kvoffload(
             tier.shutdown()
             shutil.rmtree(where, ignore_errors=True)
     return seconds, submits, direct
+
+
+def _filler(keys: Sequence[OffloadKey]) -> list[OffloadKey]:
+    """Other keys, as many: what fills a tier before the timed stores."""
+    return [make_offload_key(bytes(key) + b"filler", 0) for key in keys]
 
 
 # --- vLLM's tier -------------------------------------------------------------------

@@ -18,6 +18,11 @@ chunk. A load reads the file straight into the primary slot and checks its
 length and (by default) its checksum: a truncated or corrupt file is a failed
 load, never wrong bytes, and the file is dropped.
 
+A store that evicts a chunk rewrites the evicted chunk's file rather than
+removing it and creating a new one (``recycle_files``): the file is renamed to
+the new chunk's temp name, overwritten and renamed again, so the same rules
+hold (its old bytes are never readable under the new name).
+
 The serial in the name (one counter per directory, never reused) makes every
 store of a key a distinct file: removing an evicted chunk can never race with
 a later store of the same key, and when a crash left two files for one key
@@ -127,14 +132,41 @@ def _advance(buffers: list[memoryview], done: int) -> list[memoryview]:
 
 
 def _write_chunk(
-    temp_path: str, final_path: str, payload: memoryview, fsync: FsyncPolicy, direct: bool
+    temp_path: str,
+    final_path: str,
+    payload: memoryview,
+    fsync: FsyncPolicy,
+    direct: bool,
+    recycled: str | None = None,
 ) -> None:
     """Write ``payload`` to ``temp_path`` and rename it to ``final_path``;
-    raises OSError (and leaves no temp file) on failure."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | (_O_DIRECT if direct else 0)
-    fd = os.open(temp_path, flags, 0o644)
+    raises OSError (and leaves no temp file) on failure.
+
+    With ``recycled`` (the file of a chunk no longer in the index), that file
+    is renamed to ``temp_path`` first and overwritten in place: its blocks
+    are already allocated, which spares the create and the allocation. Its
+    old bytes are never readable under ``final_path``: the rename to it comes
+    only after the whole payload is written (and the file cut to its length);
+    a crash before leaves a temp file. When ``recycled`` is gone, a new file
+    is created."""
+    direct_flag = _O_DIRECT if direct else 0
+    fd = -1
+    if recycled is not None:
+        try:
+            os.rename(recycled, temp_path)
+            fd = os.open(temp_path, os.O_WRONLY | direct_flag)
+        except FileNotFoundError:
+            fd = -1
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(temp_path)
+            raise
+    if fd < 0:
+        fd = os.open(temp_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | direct_flag, 0o644)
     try:
         try:
+            if recycled is not None and os.fstat(fd).st_size > len(payload):
+                os.ftruncate(fd, len(payload))
             remaining = [payload]
             while remaining:
                 written = os.writev(fd, remaining)
@@ -259,7 +291,8 @@ class _Job:
         # items not yet copied plus keys waiting on another job's store
         self.pending = 0
         self.ok: set[OffloadKey] = set()
-        # files of keys this job evicted, removed before it writes
+        # files of keys this job evicted: each rewritten by one of its store
+        # items (recycle_files), else removed before it writes
         self.doomed: list[str] = []
 
 
@@ -285,6 +318,15 @@ class FileSystemTier:
       page cache) where the file system supports it, the chunk size is a
       multiple of 4096 and the primary view is 4096-aligned; buffered I/O
       otherwise. :attr:`direct_io` says which is used.
+    - ``recycle_files`` (True): a store that evicts a chunk overwrites the
+      evicted chunk's file (renamed to the new chunk's temp name first)
+      instead of removing it and creating a new one; creating a file costs
+      far more than rewriting one whose blocks are allocated. Old bytes are
+      never readable under the new name (see ``_write_chunk``). Only with
+      ``checksum``: after a power loss a recycled file whose new bytes had
+      not reached the disk holds the evicted chunk's bytes at the right
+      length, which only the CRC catches. :attr:`recycles_files` says
+      whether files are recycled.
     - ``enable_events`` (False): queue :class:`OffloadingEvent` s for
       ``take_events``; ``medium`` (``"DISK"``) and ``block_size`` (0) are
       what they carry.
@@ -309,6 +351,7 @@ class FileSystemTier:
         fsync: str | FsyncPolicy = FsyncPolicy.NONE,
         checksum: bool = True,
         direct_io: bool = True,
+        recycle_files: bool = True,
         enable_events: bool = False,
         medium: str = "DISK",
         block_size: int = 0,
@@ -322,7 +365,10 @@ class FileSystemTier:
         self._flat, self.chunk_bytes, self.num_primary_slots = _check_view(primary_kv_view)
         self._fsync = _fsync_policy(fsync)
         for name, flag in (
-            ("checksum", checksum), ("direct_io", direct_io), ("enable_events", enable_events)
+            ("checksum", checksum),
+            ("direct_io", direct_io),
+            ("recycle_files", recycle_files),
+            ("enable_events", enable_events),
         ):
             if not isinstance(flag, bool):
                 raise ConfigurationError(f"{name} must be a bool, got {flag!r}")
@@ -331,6 +377,11 @@ class FileSystemTier:
         if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 0:
             raise ConfigurationError(f"block_size must be an int >= 0, got {block_size!r}")
         self._checksum = checksum
+        # recycling needs the checksum: after a power loss a recycled file
+        # whose new bytes never reached the disk holds the evicted chunk's
+        # bytes at the right length, which only the CRC in its name catches
+        self.recycles_files: bool = recycle_files and checksum
+        self._recycle = self.recycles_files
         self._events_on = enable_events
         self.medium = medium
         self._event_block_size = block_size
@@ -724,17 +775,29 @@ class FileSystemTier:
                 entry = queue[0]
                 item = entry.items[entry.next_item]
                 entry.next_item += 1
-                if entry.next_item == len(entry.items):
+                last = entry.next_item == len(entry.items)
+                if last:
                     queue.popleft()
-                doomed, entry.doomed = entry.doomed, []
-            for victim in doomed:  # chunks this job evicted, before it writes
+                # the files of chunks this job evicted: each store item
+                # recycles one (a job evicts at most one chunk per item);
+                # without recycling they are removed before the job writes
+                recycled: str | None = None
+                doomed = entry.doomed
+                if doomed and self._recycle and not entry.promotion:
+                    recycled = doomed.pop()
+                    doomed = []
+                    if last:
+                        doomed, entry.doomed = entry.doomed, []
+                else:
+                    entry.doomed = []
+            for victim in doomed:
                 self._remove_quietly(victim)
             if entry.promotion:
                 ok = self._load(item)
                 with cond:
                     self._load_done(entry, item, ok)
             else:
-                written = self._store(item)
+                written = self._store(item, recycled)
                 with cond:
                     self._store_done(entry, item, written)
 
@@ -749,22 +812,26 @@ class FileSystemTier:
         size = self.chunk_bytes
         return self._flat[chunk_id * size : (chunk_id + 1) * size]
 
-    def _store(self, item: _Item) -> str | None:
-        """Copy one primary slot into its file (pool thread); the file's
-        path, or None when the store failed."""
+    def _store(self, item: _Item, recycled: str | None = None) -> str | None:
+        """Copy one primary slot into its file (pool thread), overwriting
+        ``recycled`` (an evicted chunk's file) when given; the file's path,
+        or None when the store failed."""
         try:
             payload = self._slot(item.chunk_id)
             checksum = f"{zlib.crc32(payload):08x}" if self._checksum else NO_CHECKSUM
             stem = self._stem(item.key, item.serial)
             path = f"{stem}.{checksum}{CHUNK_SUFFIX}"
+            write_args = (stem + TEMP_SUFFIX, path, payload, self._fsync, self.direct_io)
             try:
-                _write_chunk(stem + TEMP_SUFFIX, path, payload, self._fsync, self.direct_io)
+                _write_chunk(*write_args, recycled)
             except FileNotFoundError:  # the shard's first chunk
                 os.makedirs(os.path.dirname(path), exist_ok=True)
-                _write_chunk(stem + TEMP_SUFFIX, path, payload, self._fsync, self.direct_io)
+                _write_chunk(*write_args, recycled)
             return path
         except Exception as error:  # an I/O failure fails this key only
             logger.warning("store of %s failed: %s", item.key.hex(), error)
+            if recycled is not None:
+                self._remove_quietly(recycled)  # still there when the rename failed
             return None
 
     def _load(self, item: _Item) -> bool:

@@ -421,6 +421,7 @@ def test_a_malformed_primary_view_is_refused(tmp_path: Path, view: Callable[[], 
         {"fsync": "sometimes"},
         {"num_threads": 0},
         {"checksum": "yes"},
+        {"recycle_files": 1},
         {"block_size": -1},
     ],
 )
@@ -745,3 +746,122 @@ def test_default_thread_count_follows_the_cpus(make_tier: Callable[..., FileSyst
     assert tier.num_threads == fs_tier.default_num_threads()
     assert 4 <= tier.num_threads <= 16
     assert len(tier._threads) == tier.num_threads
+
+
+# --- recycled files (recycle_files=True, the default) ----------------------------
+
+
+def chunk_files(tmp_path: Path) -> list[Path]:
+    return sorted((tmp_path / "tier" / "chunks").glob("*/*"))
+
+
+def test_a_store_that_evicts_rewrites_the_evicted_chunks_file(
+    make_tier: Callable[..., FileSystemTier], primary: Primary, tmp_path: Path
+) -> None:
+    tier = make_tier(capacity=2)
+    for i in range(2):
+        fill(primary, i, i)
+        store(tier, i, [key(i)], [i])
+        finished(tier)
+    victim = tier.path_of(key(0))
+    assert victim is not None
+    inode = victim.stat().st_ino
+    fill(primary, 2, 2)
+    store(tier, 2, [key(2)], [2])
+    assert finished(tier) == {2: TierJobResult(2, True)}
+    new_path = tier.path_of(key(2))
+    assert new_path is not None and new_path.stat().st_ino == inode, "not recycled"
+    assert not victim.exists() and not hit(tier, key(0))
+    assert len(chunk_files(tmp_path)) == 2
+    primary[:] = 0
+    load(tier, 3, [key(1), key(2)], [1, 2])
+    assert finished(tier) == {3: TierJobResult(3, True)}
+    assert np.array_equal(primary[1], pattern(1))
+    assert np.array_equal(primary[2], pattern(2)), "old bytes read back"
+
+
+def test_a_recycled_file_longer_than_a_chunk_is_cut(
+    make_tier: Callable[..., FileSystemTier], primary: Primary
+) -> None:
+    tier = make_tier(capacity=1)
+    fill(primary, 0, 0)
+    store(tier, 0, [key(0)], [0])
+    finished(tier)
+    victim = tier.path_of(key(0))
+    assert victim is not None
+    with open(victim, "ab") as grown:  # damaged behind the tier's back
+        grown.write(b"x" * 100)
+    fill(primary, 1, 1)
+    store(tier, 1, [key(1)], [1])
+    assert finished(tier) == {1: TierJobResult(1, True)}
+    path = tier.path_of(key(1))
+    assert path is not None and path.stat().st_size == CHUNK
+    primary[:] = 0
+    load(tier, 2, [key(1)], [3])
+    assert finished(tier) == {2: TierJobResult(2, True)}
+    assert np.array_equal(primary[3], pattern(1))
+
+
+def test_a_failed_recycled_write_exposes_no_bytes(
+    make_tier: Callable[..., FileSystemTier],
+    primary: Primary,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The write into a recycled file dies half-way (a full disk): neither
+    the new key nor the evicted one is readable, now or after reopening, and
+    no file is left behind."""
+    tier = make_tier(capacity=2)
+    for i in range(2):
+        fill(primary, i, i)
+        store(tier, i, [key(i)], [i])
+        finished(tier)
+    victim = tier.path_of(key(0))
+    assert victim is not None
+    real_writev = os.writev
+    calls: list[int] = []
+
+    def half_then_full_disk(fd: int, buffers: Any) -> int:
+        calls.append(fd)
+        if len(calls) == 1:
+            return real_writev(fd, [memoryview(buffers[0])[: CHUNK // 2]])
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "writev", half_then_full_disk)
+    fill(primary, 2, 2)
+    store(tier, 2, [key(2)], [2])
+    assert finished(tier) == {2: TierJobResult(2, False)}
+    monkeypatch.undo()
+    assert calls, "the recycled write never ran"
+    assert not hit(tier, key(2)) and not hit(tier, key(0))
+    assert not victim.exists()
+    assert chunk_files(tmp_path) == [tier.path_of(key(1))], "a file was left behind"
+    tier.shutdown()
+    reopened = make_tier(capacity=2)
+    assert reopened.stored_keys() == {key(1)}
+
+
+@pytest.mark.parametrize(
+    "options", [{"recycle_files": False}, {"checksum": False}, {"recycle_files": True}]
+)
+def test_with_or_without_recycling_a_full_tier_round_trips(
+    make_tier: Callable[..., FileSystemTier],
+    primary: Primary,
+    tmp_path: Path,
+    options: dict[str, Any],
+) -> None:
+    """Recycling needs the checksum (a power loss can leave a recycled file
+    with the evicted chunk's bytes at the right length): without it, or
+    turned off, evicted files are removed and new ones created."""
+    tier = make_tier(capacity=2, **options)
+    assert tier.recycles_files is (options == {"recycle_files": True})
+    for i in range(4):
+        fill(primary, i, i)
+        store(tier, i, [key(i)], [i])
+        assert finished(tier) == {i: TierJobResult(i, True)}
+    assert tier.stored_keys() == {key(2), key(3)}
+    assert len(chunk_files(tmp_path)) == 2
+    primary[:] = 0
+    load(tier, 9, [key(2), key(3)], [2, 3])
+    assert finished(tier) == {9: TierJobResult(9, True)}
+    assert np.array_equal(primary[2:4], np.stack([pattern(2), pattern(3)]))

@@ -47,7 +47,10 @@ def failing_writer(original: Any) -> Any:
         name = Path(final).name.split(".")[0]
         if name in FAILING:
             FAILING.discard(name)
-            with open(temp, "wb") as half:  # a torn temp file, then the "crash"
+            recycled = args[2] if len(args) > 2 else None  # an evicted chunk's file
+            if recycled is not None:  # taken over as the temp file, as the real writer does
+                Path(recycled).rename(temp)
+            with open(temp, "r+b" if recycled else "wb") as half:  # torn, then the "crash"
                 half.write(payload[: len(payload) // 2])
             Path(temp).unlink()
             raise OSError("the write died midway")
