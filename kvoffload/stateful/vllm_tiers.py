@@ -82,6 +82,31 @@ def release_tier_factories(release: VllmRelease) -> dict[str, Callable[[int, mem
     return {"example": example_tier, "fs": fs_tier}
 
 
+def new_tiered_manager(release: VllmRelease, num_chunks: int) -> Any:
+    """vLLM's ``TieringOffloadingManager`` over ``num_chunks`` chunks, built
+    as its tiering spec builds it (``tiering/spec.py``): a
+    ``CPUPrimaryTierOffloadingManager`` (LRU, events on) over a
+    ``SharedOffloadRegion`` of :data:`CHUNK_BYTES` per chunk in ``/dev/shm``
+    (removed at ``shutdown``), one ``ExampleSecondaryTierManager`` over the
+    primary's memory, and the tier-poll thread off
+    (``tier_poll_interval_s=0``; the example tier does not ask for it)."""
+    import uuid
+
+    manager = importlib.import_module(f"{TIERING}.manager")
+    region_module = importlib.import_module("vllm.v1.kv_offload.cpu.shared_offload_region")
+    example = importlib.import_module(f"{TIERING}.example.manager")
+    region = region_module.SharedOffloadRegion(
+        f"kvoffload-{uuid.uuid4().hex}", num_chunks, None, CHUNK_BYTES, CHUNK_BYTES
+    )
+    primary = manager.CPUPrimaryTierOffloadingManager(
+        num_chunks, region, cache_policy="lru", enable_events=True
+    )
+    tier = example.ExampleSecondaryTierManager(
+        offloading_spec_record(), primary.get_kv_memoryview(), "example"
+    )
+    return manager.TieringOffloadingManager(primary, [tier], tier_poll_interval_s=0)
+
+
 def make_tier_factory(directory: str, name: str) -> Callable[[int, memoryview], Any]:
     """The factory of tier ``name`` (``"example"``, ``"fs"``) of the release
     under ``directory`` (loaded here): what a replay script of ``audit
@@ -107,6 +132,7 @@ __all__ = [
     "TIER_EXAMPLES",
     "has_tiering",
     "make_tier_factory",
+    "new_tiered_manager",
     "offloading_spec_record",
     "release_tier_factories",
 ]
