@@ -80,8 +80,11 @@ class ReleaseManager(OffloadingManager):
         """A copy for the kit's probes: the manager and its per-request
         state copied, the release (its loaded modules, which ``deepcopy``
         refuses) shared."""
+        from kvoffload.stateful.vllm_tiers import shared_on_copy
+
         clone = copy.copy(self)
         memo[id(self)] = clone
+        memo.update(shared_on_copy(self.inner))
         for name, value in vars(self).items():
             if name != "release":
                 setattr(clone, name, copy.deepcopy(value, memo))
@@ -383,6 +386,11 @@ KNOWN_FINDINGS = (
         "F8", "defect", "the example tier reports a promotion successful without "
         "writing its bytes into the primary slots",
         ("T1 tier readable",), "^tier example$", ((0, 33), (0, 33)),
+    ),
+    KnownFinding(
+        "F10", "defect", "reset_cache completes a promotion in flight and announces it "
+        "stored, then drops it with the primary: a consumer is told of a chunk that is gone",
+        ("6 events",), "^tiered$", ((0, 33), (0, 33)),
     ),
 )
 """The defects of docs/FINDINGS.md an audit of a release reports (the
