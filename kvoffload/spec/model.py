@@ -802,6 +802,13 @@ class ManagerModel:
                     model = model._complete_load(keys)[0]
         return attrs.evolve(model, in_flight=(), polled=True)
 
+    def drained(self) -> ManagerModel:
+        """Under ``TierPoll.CALLS``, what ``reset_cache`` starts with: the
+        tiers drained and their cascades taken (pins released); the
+        promotions in flight are dropped with the primary, unannounced."""
+        cascades = tuple(job for job in self.in_flight if not job[1])
+        return attrs.evolve(self, in_flight=cascades).poll()
+
     def poll_for(self, op: Operation) -> ManagerModel:
         """The model after the poll the call ``op`` starts with (this model
         when it starts with none): under ``TierPoll.CALLS``, every
@@ -810,7 +817,9 @@ class ManagerModel:
         open."""
         if not self.polls_at_calls:
             return self
-        if isinstance(op, (PrepareStore, ResetCache)):
+        if isinstance(op, ResetCache):
+            return self.drained()
+        if isinstance(op, PrepareStore):
             return self.poll()
         if isinstance(op, (Lookup, LookupPrefix, ScheduleEnd)) and not self.polled:
             return self.poll()
@@ -835,8 +844,17 @@ class ManagerModel:
         (``HIT_PENDING``), as does a key being promoted; a promotion refused
         (bound, no room) is a miss."""
         validate_offload_key(key)
+        return self._lookup((key,), request)
+
+    def _lookup(
+        self, chain: tuple[OffloadKey, ...], request: int
+    ) -> tuple[ManagerModel, bool | LookupResult | None]:
+        """``lookup`` of ``chain[-1]``, the keys before it being the ready
+        keys of the chain it ends (what a promotion offers along under
+        ``promotion_offers_chain``)."""
         if self.polls_at_calls and not self.polled:
-            return self.poll().lookup(key, request=request)
+            return self.poll()._lookup(chain, request)
+        key = chain[-1]
         phase = self.phase(key)
         if self.tiered and self.held and phase == ABSENT:
             held: bool | LookupResult = False
@@ -844,7 +862,7 @@ class ManagerModel:
                 held = LookupResult.MISS
             return self, held
         if self.tiered and not phase.readable and (phase == ABSENT or key in self.promoting_keys()):
-            model, started = self._promote_run((key,), 0, request)
+            model, started = self._promote_run(chain, len(chain) - 1, request)
             if self.profile.lookup_answer is LookupAnswer.BOOL:
                 return model, None if started else False
             return model, LookupResult.HIT_PENDING if started else LookupResult.MISS
@@ -904,7 +922,7 @@ class ManagerModel:
         if not self.tiered or hits == len(listed):
             return self, hits
         if not self.profile.prefix_walks_promotions:
-            model, answer = self.lookup(listed[hits], request=request)
+            model, answer = self._lookup(tuple(listed[: hits + 1]), request)
             return model, None if answer is None or answer is LookupResult.HIT_PENDING else hits
         if self.held:
             return self, hits
@@ -1233,11 +1251,7 @@ class ManagerModel:
         and releases them itself.
         """
         if self.polls_at_calls:
-            # the tiers are drained and their cascades taken first; the
-            # promotions in flight are dropped with the primary, unannounced
-            cascades = tuple(job for job in self.in_flight if not job[1])
-            polled = attrs.evolve(self, in_flight=cascades).poll()
-            model, result = attrs.evolve(polled, in_flight=(), polled=False)._reset()
+            model, result = attrs.evolve(self.drained(), polled=False)._reset()
             return attrs.evolve(
                 model, polled=False, held=self.profile.reset_holds_promotions
             ), result
