@@ -586,6 +586,8 @@ def run_release_audit(args: argparse.Namespace) -> int:
     if tiered is not None:
         tiered_preset = profile_named(TIERED_PROFILE)
         tiered_profile = with_overrides(tiered_preset, args.typed_errors, args.reset)
+        print(f"tiered: vLLM's TieringOffloadingManager over its CPU tier and the example "
+              f"tier, under its own profile {tiered_profile.name}")
         progress = Progress(tiered.name, budget)
         report = audit(
             progress.wrap(tiered.factory),
