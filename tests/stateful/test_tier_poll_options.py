@@ -22,9 +22,11 @@ from kvoffload.spec.model import (
     PrepareStore,
     ResetCache,
     StoreResult,
+    TakeEvents,
 )
 from kvoffload.spec.profile import TIERED, Profile, TierPoll, profile_named
 from kvoffload.stateful.harness import Harness, KitConfig
+from kvoffload.stateful.shrink import engine_protocol
 from kvoffload.stateful.swarm import draw_plan, run_plan
 from kvoffload.stateful.targets import tiered_memory
 
@@ -171,3 +173,16 @@ def test_whole_store_completion_completes_each_store_once_with_its_keys() -> Non
         assert (request, keys) in in_flight, (request, keys)
     parts, _ = _completions(TIERED, 60)  # kvoffload's contract: parts and repeats too
     assert any((request, keys) not in in_flight for request, keys, in_flight in parts)
+
+
+def test_the_shrinker_keeps_the_engines_take_events_before_a_reset() -> None:
+    """Under ``ResetAnnounce.ENGINE`` the drivers take the events right
+    before each reset; a shrunk candidate that drops that call is no
+    candidate (the model's consumer would miss events it was owed)."""
+    engine = KitConfig(tiered_memory, policy="lru", profile=VLLM)
+    manager = KitConfig(tiered_memory, policy="lru", profile=TIERED)
+    store = PrepareStore((K[0],))
+    assert engine_protocol(engine, [store, TakeEvents(), ResetCache()])
+    assert not engine_protocol(engine, [store, ResetCache()])
+    assert not engine_protocol(engine, [ResetCache()])
+    assert engine_protocol(manager, [store, ResetCache()])
