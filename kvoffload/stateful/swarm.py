@@ -216,6 +216,13 @@ def _promote(run: Run) -> None:
         run.step(Lookup(chain[0], request=run.request()))
     else:
         run.step(LookupPrefix(chain, request=run.request()))
+    if core.polls_at_calls and run.rng.random() < 0.25:
+        # under TierPoll.CALLS the step's end submits the promotions and
+        # the next call takes them: sometimes end the step here, and
+        # sometimes reset before any call polls (promotions in flight)
+        run.step(ScheduleEnd())
+        if run.harness.config.profile.has_reset and run.rng.random() < 0.3:
+            _reset(run)
 
 
 def _touch(run: Run) -> None:
