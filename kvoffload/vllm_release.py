@@ -324,13 +324,13 @@ class _StatsRecord:
         self.counters: dict[str, float] = {}
         self.histograms: dict[str, list[float]] = {}
 
-    def set_gauge(self, name: str, value: float, *args: object) -> None:
+    def set_gauge(self, name: str, value: float, *args: object, **kwargs: object) -> None:
         self.gauges[name] = value
 
-    def increase_counter(self, name: str, value: float = 1, *args: object) -> None:
+    def increase_counter(self, name: str, value: float = 1, *args: object, **kwargs: object) -> None:
         self.counters[name] = self.counters.get(name, 0) + value
 
-    def observe_histogram(self, name: str, value: float, *args: object) -> None:
+    def observe_histogram(self, name: str, value: float, *args: object, **kwargs: object) -> None:
         self.histograms.setdefault(name, []).append(value)
 
 
@@ -342,7 +342,51 @@ def _stub_math_utils(module: types.ModuleType) -> None:
     def cdiv(a: int, b: int) -> int:
         return -(a // -b)
 
+    def round_up(x: int, y: int) -> int:
+        return cdiv(x, y) * y
+
     module.cdiv = cdiv  # type: ignore[attr-defined]
+    module.round_up = round_up  # type: ignore[attr-defined]
+
+
+def _stub_shm_broadcast(module: types.ModuleType) -> None:
+    def check_shm_free_space(size: int, allocation_name: str = "", **kwargs: object) -> None:
+        """Stand-in: refuses an allocation larger than /dev/shm's free space."""
+        import os
+
+        stats = os.statvfs("/dev/shm")
+        if stats.f_bavail * stats.f_frsize < size:
+            raise RuntimeError(f"not enough space in /dev/shm for {allocation_name} ({size} bytes)")
+
+    module.check_shm_free_space = check_shm_free_space  # type: ignore[attr-defined]
+
+
+class _CudaRTLibrary:
+    """Stand-in for vLLM's CUDA runtime wrapper: no GPU is loaded."""
+
+    def __init__(self) -> None:
+        raise RuntimeError("kvoffload's stand-in: no CUDA runtime (the engine side is not loaded)")
+
+
+def _stub_cuda_wrapper(module: types.ModuleType) -> None:
+    module.CudaRTLibrary = _CudaRTLibrary  # type: ignore[attr-defined]
+
+
+class _CpuPlatform:
+    """Stand-in for ``vllm.platforms.current_platform``: a host without an
+    accelerator (pinning host memory is then skipped)."""
+
+    device_name = "cpu"
+
+    def is_cuda_alike(self) -> bool:
+        return False
+
+    def is_xpu(self) -> bool:
+        return False
+
+
+def _stub_platforms(module: types.ModuleType) -> None:
+    module.current_platform = _CpuPlatform()  # type: ignore[attr-defined]
 
 
 class _KvHintsEnvelope:
@@ -383,6 +427,11 @@ _STUBS: dict[str, Callable[[types.ModuleType], None]] = {
     "vllm.distributed.kv_events": _stub_kv_events,
     "vllm.distributed.kv_transfer.kv_connector.v1.offloading.metrics": _stub_metrics,
     "vllm.utils.math_utils": _stub_math_utils,
+    # the tiering manager's CPU primary tier (cpu/shared_offload_region.py,
+    # cpu/host_register.py), 0.33 on
+    "vllm.distributed.device_communicators.shm_broadcast": _stub_shm_broadcast,
+    "vllm.distributed.device_communicators.cuda_wrapper": _stub_cuda_wrapper,
+    "vllm.platforms": _stub_platforms,
     "vllm.v1.kv_hints": _stub_kv_hints,
     "vllm.v1.metrics.cache_hit_source": _stub_cache_hit_source,
 }

@@ -187,11 +187,36 @@ def table_calls(step: Step, key: OffloadKey) -> list[Call]:
     promotion (PREPARE_STORE) and its victims (EVICT), a stored block's
     cascade pins (PREPARE_LOAD, one per tier), and at ``on_schedule_end``
     the promotions' COMPLETE_STORE and the cascades' COMPLETE_LOADs."""
-    calls = step.op.table_calls(step.before, step.result, key)
     before = manager_of(step.before)
-    if before.tiered:
-        calls = calls + _tier_calls(step, before, manager_of(step.after), key)
-    return calls
+    if not before.tiered:
+        return step.op.table_calls(step.before, step.result, key)
+    polled = before.poll_for(step.op)
+    calls = _poll_calls(before, polled, key)
+    calls += step.op.table_calls(polled, step.result, key)
+    return calls + _tier_calls(after_poll(step), polled, manager_of(step.after), key)
+
+
+def after_poll(step: Step) -> Step:
+    """``step`` from the poll its call starts with (a tiered manager under
+    ``TierPoll.CALLS``; ``step`` itself otherwise): what the call did past
+    the tier jobs it took first."""
+    before = manager_of(step.before)
+    if before is not step.before or not before.polls_at_calls:
+        return step
+    polled = before.poll_for(step.op)
+    return step if polled is before else Step(polled, step.op, step.after, step.result)
+
+
+def _poll_calls(before: ManagerModel, polled: ManagerModel, key: OffloadKey) -> list[Call]:
+    """The calls a poll makes on ``key``: its promotion's COMPLETE_STORE,
+    its cascades' COMPLETE_LOADs."""
+    if polled is before:
+        return []
+    calls = []
+    if key in before.submitted_promotions() and before.phase(key) != polled.phase(key):
+        calls.append(Call.COMPLETE_STORE_OK)
+    released = before.cascade_pins(key) - polled.cascade_pins(key)
+    return calls + [Call.COMPLETE_LOAD] * max(0, released)
 
 
 def _tier_calls(
@@ -209,6 +234,8 @@ def _tier_calls(
         pins = after.cascade_pins(key) - before.cascade_pins(key)
         return [Call.PREPARE_LOAD] * pins if pins > 0 else []
     if isinstance(op, ScheduleEnd):
+        if before.polls_at_calls:
+            return []  # its poll is the step's start; its promotions are submitted
         if key in before.promoting_keys():
             return [Call.COMPLETE_STORE_OK]
         return [Call.COMPLETE_LOAD] * before.cascade_pins(key)
@@ -398,7 +425,12 @@ def check_state(state: State) -> tuple[Violation, ...]:
 def check_step(step: Step) -> tuple[Violation, ...]:
     """Every step invariant's violation, then the state invariants' on
     ``step.after``."""
-    found = tuple(v for p in STEP_INVARIANTS.values() if (v := p(step)) is not None)
+    main = after_poll(step)
+    found = tuple(
+        v
+        for name, p in STEP_INVARIANTS.items()
+        if (v := p(step if name is Invariant.LIFECYCLE else main)) is not None
+    )
     return found + check_state(step.after)
 
 
@@ -415,6 +447,7 @@ __all__ = [
     "check_step",
     "events_consistent",
     "events_taken",
+    "after_poll",
     "follows_table",
     "liveness",
     "manager_of",

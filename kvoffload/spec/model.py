@@ -83,6 +83,7 @@ from kvoffload.spec.profile import (
     Profile,
     RecencyCommit,
     ResetAnnounce,
+    TierPoll,
 )
 from kvoffload.spec.violations import Invariant, SpecViolation
 
@@ -604,6 +605,10 @@ _NO_USE = RequestRecord()
 Batch = tuple[int, tuple[OffloadKey, ...]]
 """A tiered manager's batch of keys for one request: ``(request, keys)``."""
 
+TierJob = tuple[int, bool, int, tuple[OffloadKey, ...]]
+"""A tier job submitted and not yet taken, under ``TierPoll.CALLS``:
+``(tier, is_promotion, request, keys)``."""
+
 
 def _batched(batches: tuple[Batch, ...], request: int, keys: Sequence[OffloadKey]) -> tuple[
     Batch, ...
@@ -647,6 +652,14 @@ class ManagerModel:
     cascading: tuple[Batch, ...] = ()
     #: write-back cascades batched until the step's end
     write_back: tuple[Batch, ...] = ()
+    #: under ``TierPoll.CALLS``: jobs submitted and not yet taken, in
+    #: submission order (write-through cascades, submitted promotions)
+    in_flight: tuple[TierJob, ...] = ()
+    #: under ``TierPoll.CALLS``: the step's poll gate is closed (a poll ran
+    #: since the last ``on_schedule_end``)
+    polled: bool = False
+    #: under ``reset_holds_promotions``: a reset's promotions are held
+    held: bool = False
 
     @classmethod
     def create(
@@ -670,7 +683,8 @@ class ManagerModel:
             raise ConfigurationError(f"num_blocks must be >= 1, got {num_blocks}")
         if block_size < 1:
             raise ConfigurationError(f"block_size must be >= 1, got {block_size}")
-        if profile.secondary_tiers < 0 or profile.max_promotions_in_flight < 0:
+        bound = profile.max_promotions_in_flight
+        if profile.secondary_tiers < 0 or (bound is not None and bound < 0):
             raise ConfigurationError(
                 "secondary_tiers and max_promotions_in_flight must be >= 0, got "
                 f"{profile.secondary_tiers} and {profile.max_promotions_in_flight}"
@@ -738,8 +752,15 @@ class ManagerModel:
         return self.profile.secondary_tiers > 0
 
     def promoting_keys(self) -> frozenset[OffloadKey]:
-        """The keys being promoted (PENDING, not the caller's to complete)."""
-        return frozenset(k for _, keys in self.promoting for k in keys)
+        """The keys being promoted (PENDING, not the caller's to complete):
+        batched, or submitted and not yet taken."""
+        batched = frozenset(k for _, keys in self.promoting for k in keys)
+        return batched | self.submitted_promotions()
+
+    def submitted_promotions(self) -> frozenset[OffloadKey]:
+        """Under ``TierPoll.CALLS``: the keys of promotions submitted and
+        not yet taken (the next poll completes them)."""
+        return frozenset(k for _, promotion, _, keys in self.in_flight if promotion for k in keys)
 
     def cascade_pins(self, key: OffloadKey) -> int:
         """How many of ``key``'s loads are a tiered manager's cascades (one
@@ -748,13 +769,61 @@ class ManagerModel:
             for _, keys in batches:
                 if key in keys:
                     return self.profile.secondary_tiers
-        return 0
+        return sum(1 for _, promotion, _, keys in self.in_flight if not promotion and key in keys)
 
     @property
     def promotion_bound(self) -> int:
-        """The most keys a tiered manager promotes at once."""
+        """The most keys a tiered manager promotes at once (no bound: every
+        slot)."""
         bound = self.profile.max_promotions_in_flight
+        if bound is None:
+            return self.num_blocks
         return bound if bound > 0 else max(1, self.num_blocks // 4)
+
+    @property
+    def polls_at_calls(self) -> bool:
+        """Whether a tiered manager takes its tiers' jobs at its calls
+        (``TierPoll.CALLS``)."""
+        return self.tiered and self.profile.tier_poll is TierPoll.CALLS
+
+    def poll(self) -> ManagerModel:
+        """Under ``TierPoll.CALLS``, a poll: every job in flight is taken,
+        tier by tier in submission order (a promotion's keys become READY,
+        one ``stored`` event per job; a cascade releases its pin), and the
+        step's gate closes."""
+        model = self
+        for tier in range(self.profile.secondary_tiers):
+            for owner, promotion, _, keys in self.in_flight:
+                if owner != tier:
+                    continue
+                if promotion:
+                    model = model._complete_store(keys, True, Call.COMPLETE_STORE_OK)[0]
+                else:
+                    model = model._complete_load(keys)[0]
+        return attrs.evolve(model, in_flight=(), polled=True)
+
+    def drained(self) -> ManagerModel:
+        """Under ``TierPoll.CALLS``, what ``reset_cache`` starts with: the
+        tiers drained and their cascades taken (pins released); the
+        promotions in flight are dropped with the primary, unannounced."""
+        cascades = tuple(job for job in self.in_flight if not job[1])
+        return attrs.evolve(self, in_flight=cascades).poll()
+
+    def poll_for(self, op: Operation) -> ManagerModel:
+        """The model after the poll the call ``op`` starts with (this model
+        when it starts with none): under ``TierPoll.CALLS``, every
+        ``prepare_store`` and ``reset_cache``, and a ``lookup`` /
+        ``lookup_prefix`` / ``on_schedule_end`` while the step's gate is
+        open."""
+        if not self.polls_at_calls:
+            return self
+        if isinstance(op, ResetCache):
+            return self.drained()
+        if isinstance(op, PrepareStore):
+            return self.poll()
+        if isinstance(op, (Lookup, LookupPrefix, ScheduleEnd)) and not self.polled:
+            return self.poll()
+        return self
 
     def new_keys(self, keys: Iterable[OffloadKey]) -> tuple[OffloadKey, ...]:
         """The offered keys a ``prepare_store`` would store: ABSENT, offer
@@ -775,9 +844,25 @@ class ManagerModel:
         (``HIT_PENDING``), as does a key being promoted; a promotion refused
         (bound, no room) is a miss."""
         validate_offload_key(key)
+        return self._lookup((key,), request)
+
+    def _lookup(
+        self, chain: tuple[OffloadKey, ...], request: int
+    ) -> tuple[ManagerModel, bool | LookupResult | None]:
+        """``lookup`` of ``chain[-1]``, the keys before it being the ready
+        keys of the chain it ends (what a promotion offers along under
+        ``promotion_offers_chain``)."""
+        if self.polls_at_calls and not self.polled:
+            return self.poll()._lookup(chain, request)
+        key = chain[-1]
         phase = self.phase(key)
+        if self.tiered and self.held and phase == ABSENT:
+            held: bool | LookupResult = False
+            if self.profile.lookup_answer is LookupAnswer.RESULT:
+                held = LookupResult.MISS
+            return self, held
         if self.tiered and not phase.readable and (phase == ABSENT or key in self.promoting_keys()):
-            model, started = self._promote_run((key,), 0, request)
+            model, started = self._promote_run(chain, len(chain) - 1, request)
             if self.profile.lookup_answer is LookupAnswer.BOOL:
                 return model, None if started else False
             return model, LookupResult.HIT_PENDING if started else LookupResult.MISS
@@ -831,8 +916,15 @@ class ManagerModel:
         (:meth:`_promote`) and answers None when a key on the way is being
         promoted or a promotion started, else the ready prefix."""
         listed = validate_offload_keys(keys)
+        if self.polls_at_calls and not self.polled and listed:
+            return self.poll().lookup_prefix(listed, request=request)
         hits = self.ready_prefix(listed)
         if not self.tiered or hits == len(listed):
+            return self, hits
+        if not self.profile.prefix_walks_promotions:
+            model, answer = self._lookup(tuple(listed[: hits + 1]), request)
+            return model, None if answer is None or answer is LookupResult.HIT_PENDING else hits
+        if self.held:
             return self, hits
         model, ask_again = self._promote_run(tuple(listed), hits, request)
         return model, None if ask_again else hits
@@ -884,12 +976,27 @@ class ManagerModel:
         chosen = wanted[: max(0, self.promotion_bound - in_flight)]
         if not chosen:
             return self, False
-        model, result = self.prepare_store(
+        if not self.profile.promotion_offers_chain:
+            # each key offered alone (vLLM 0.33's prepare_write([key])): a
+            # promotion's victims may be keys of the chain before it
+            model: ManagerModel = self
+            started: list[OffloadKey] = []
+            for key in chosen:
+                model, alone = model._prepare_store((key,), request=request)
+                if alone is None:
+                    break
+                started.append(key)
+            if not started:
+                return model, False
+            return attrs.evolve(
+                model, promoting=_batched(model.promoting, request, started)
+            ), True
+        model, result = self._prepare_store(
             prefix[: prefix.index(chosen[-1]) + 1], request=request
         )
         if result is None and len(chosen) > 1:
             chosen = chosen[:1]
-            model, result = model.prepare_store(
+            model, result = model._prepare_store(
                 prefix[: prefix.index(chosen[0]) + 1], request=request
             )
         if result is None:
@@ -914,7 +1021,15 @@ class ManagerModel:
         the implementation's choices, checked (:class:`SpecViolation`).
         """
         offered = dedup(validate_offload_keys(keys))
-        return self.offered(offered, request)._store(offered, victims, slots, request)
+        model = self.poll() if self.polls_at_calls else self
+        return model.offered(offered, request)._store(offered, victims, slots, request)
+
+    def _prepare_store(
+        self, keys: Sequence[OffloadKey], *, request: int = 0
+    ) -> tuple[ManagerModel, StoreResult | None]:
+        """A promotion's ``prepare_store`` in the primary (no poll)."""
+        offered = dedup(keys)
+        return self.offered(offered, request)._store(offered, None, None, request)
 
     def _store(
         self,
@@ -1024,7 +1139,13 @@ class ManagerModel:
         if not (self.tiered and success and changed):
             return model, None
         for _ in range(self.profile.secondary_tiers):
-            model = model.prepare_load(changed, request=request)[0]
+            # a cascade's pin is no use by the request (no request record)
+            model = model._pin(changed)
+        if self.polls_at_calls:
+            jobs = tuple((tier, False, request, changed) for tier in range(self.profile.secondary_tiers))
+            return attrs.evolve(
+                model, in_flight=model.in_flight + jobs, below=model.below | set(changed)
+            ), None
         if self.profile.cascade is Cascade.WRITE_THROUGH:
             cascading = (*model.cascading, (request, changed))
             return attrs.evolve(model, cascading=cascading, below=model.below | set(changed)), None
@@ -1079,12 +1200,19 @@ class ManagerModel:
         model = attrs.evolve(self, blocks=blocks, requests=requests, policy=policy)
         return model, tuple(self.blocks[k].slot for k in keys)
 
+    def _pin(self, keys: Sequence[OffloadKey]) -> ManagerModel:
+        """A cascade's ``prepare_load`` of ``keys`` (READY/LOADING), recording
+        no use by a request."""
+        blocks = self._count_loads(keys, Call.PREPARE_LOAD)
+        pinned = tuple(k for k in dedup(keys) if self.phase(k) == READY)
+        return attrs.evolve(self, blocks=blocks, policy=self.policy.made_unevictable(pinned))
+
     def complete_load(self, keys: Sequence[OffloadKey]) -> tuple[ManagerModel, None]:
         """Each occurrence of a key removes one load (LOADING(1) → READY).
         Raises :class:`IllegalTransitionError` at the first occurrence that
         finds no load in flight, naming the phase found there."""
         keys = validate_offload_keys(keys)
-        if self.cascading or self.write_back:
+        if self.cascading or self.write_back or self.in_flight:
             for key, count in Counter(keys).items():
                 pins = self.cascade_pins(key)
                 if pins and self.phase(key).loads - pins < count:
@@ -1122,6 +1250,17 @@ class ManagerModel:
         tiered manager's cascade pins are not such loads: it drains its tiers
         and releases them itself.
         """
+        if self.polls_at_calls:
+            model, result = attrs.evolve(self.drained(), polled=False)._reset()
+            return attrs.evolve(
+                model, polled=False, held=self.profile.reset_holds_promotions
+            ), result
+        model, result = self._reset()
+        if self.tiered and self.profile.reset_holds_promotions:
+            model = attrs.evolve(model, held=True)
+        return model, result
+
+    def _reset(self) -> tuple[ManagerModel, None]:
         by_slot = sorted((b.slot, k) for k, b in self.blocks.items())
         if not self.profile.reset_with_loads:
             for _, key in by_slot:
@@ -1185,8 +1324,16 @@ class ManagerModel:
         A promotion's keys become READY (one ``stored`` event per request's
         batch); a cascade releases its pins; the write-back keys are held
         below from now on."""
+        if self.polls_at_calls:
+            # poll when the gate is open, then submit the step's promotions
+            # (one job per request's batch, from the first tier)
+            model = self if self.polled else self.poll()
+            jobs = tuple((0, True, request, keys) for request, keys in model.promoting)
+            return attrs.evolve(
+                model, in_flight=model.in_flight + jobs, promoting=(), polled=False, held=False
+            ), None
         if not (self.promoting or self.cascading or self.write_back):
-            return self, None
+            return attrs.evolve(self, held=False) if self.held else self, None
         model = self
         for tier in range(self.profile.secondary_tiers):
             for _, keys in self.cascading:
@@ -1198,7 +1345,7 @@ class ManagerModel:
                 model = model._complete_load(keys)[0]
         below = model.below.union(*(keys for _, keys in self.write_back))
         return attrs.evolve(
-            model, promoting=(), cascading=(), write_back=(), below=below
+            model, promoting=(), cascading=(), write_back=(), below=below, held=False
         ), None
 
     def apply(self, op: Operation) -> tuple[ManagerModel, Result]:
@@ -1252,6 +1399,7 @@ __all__ = [
     "StartRequest",
     "StoreResult",
     "TakeEvents",
+    "TierJob",
     "Touch",
     "apply_events",
     "dedup",

@@ -98,6 +98,24 @@ class Cascade(enum.Enum):
     WRITE_BACK = "write-back"
 
 
+class TierPoll(enum.Enum):
+    """When a tiered manager (``Profile.secondary_tiers >= 1``) takes its
+    tiers' finished jobs (a *poll*: promotions complete, cascades release
+    their pins), and when it submits the step's promotions."""
+
+    #: At ``on_schedule_end``, after submitting the step's batched jobs (so
+    #: a promotion completes at the end of the step that started it), and
+    #: at ``reset_cache`` (kvoffload's ``TieredOffloadingManager``).
+    STEP_END = "step-end"
+    #: At every ``prepare_store``, at a step's first ``lookup`` (a gate that
+    #: any poll closes and the step's end opens again), at
+    #: ``on_schedule_end`` before submitting the step's promotions when the
+    #: gate is open, and at ``reset_cache``: a promotion submitted at a
+    #: step's end completes at the next poll (vLLM 0.33's
+    #: ``TieringOffloadingManager``).
+    CALLS = "calls"
+
+
 class ErrorStyle(enum.Enum):
     """How an illegal call fails (it must change nothing either way)."""
 
@@ -153,6 +171,30 @@ class Profile:
     ``max_promotions_in_flight``: the bound on keys being promoted (0: a
     quarter of the slots, at least 1, the tiered manager's default).
 
+    ``tier_poll``: when the tiers' jobs are taken (:class:`TierPoll`).
+    ``max_promotions_in_flight=None``: no bound (at most every slot).
+    ``promotion_offers_chain``: a lookup's promotion offers the keys of the
+    chain before its key along (they are protected from its evictions);
+    when False it offers its key alone (``prepare_store([key])``), so a
+    promotion may evict a key the same chain just found readable.
+    ``prefix_walks_promotions``: ``lookup_prefix`` walks on past the ready
+    prefix, promoting every ABSENT key the tiers hold up to the first key
+    it cannot; when False it is the engine's loop of ``lookup`` (vLLM's
+    managers have none): the ready prefix, then one ``lookup`` of the next
+    key, answering None when that answer is ``HIT_PENDING``/``RETRY``.
+    ``reset_holds_promotions``: after ``reset_cache`` a ``lookup`` of an
+    ABSENT key is a miss (no promotion) until the engine reports the reset
+    flushed, which the kit does at the next ``on_schedule_end`` (vLLM's
+    ``on_reset_flushed``, called by the kit's vLLM adapter after that call).
+
+    ``stores_completed_whole``: the engine calls ``complete_store`` once
+    per ``prepare_store`` that stored keys, with exactly its
+    ``keys_to_store`` (success or failure for all), and never for a store a
+    reset dropped; when False (kvoffload's contract) a store may be
+    completed in parts, and keys already stored completed again (a no-op).
+    vLLM 0.33's tiering manager counts its stores in flight per request by
+    calls and asserts when a ``complete_store`` has no store left.
+
     ``tier_pending_work``: a tier's ``has_pending_work()`` is True while a
     job of it is unreported (in flight, or its result not yet taken), as
     :mod:`kvoffload.spec.tier_contract` says; when False (vLLM 0.33's
@@ -180,9 +222,14 @@ class Profile:
     tier_stale_misses: bool = False
     secondary_tiers: int = 0
     cascade: Cascade = Cascade.WRITE_THROUGH
-    max_promotions_in_flight: int = 0
+    max_promotions_in_flight: int | None = 0
     reset_with_loads: bool = False
     tier_pending_work: bool = True
+    tier_poll: TierPoll = TierPoll.STEP_END
+    promotion_offers_chain: bool = True
+    prefix_walks_promotions: bool = True
+    reset_holds_promotions: bool = False
+    stores_completed_whole: bool = False
 
     def describe(self) -> str:
         """One line naming every option's value."""
@@ -279,6 +326,7 @@ __all__ = [
     "Profile",
     "RecencyCommit",
     "ResetAnnounce",
+    "TierPoll",
     "preset_names",
     "profile_named",
     "register",

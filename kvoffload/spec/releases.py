@@ -34,6 +34,7 @@ from kvoffload.spec.profile import (
     Profile,
     RecencyCommit,
     ResetAnnounce,
+    TierPoll,
 )
 
 _VLLM = Profile(
@@ -175,6 +176,35 @@ VLLM_0_33 = attrs.evolve(
 """vLLM 0.33: private clean-up events; secondary tiers without a capacity,
 whose lookups may answer a stale MISS."""
 
+VLLM_0_33_TIERED = attrs.evolve(
+    VLLM_0_33,
+    name="vllm-0.33-tiered",
+    # tiering/manager.py, TieringOffloadingManager over one secondary tier
+    # that holds every chunk and completes each job at submit (the example
+    # tier): complete_store cascades to every tier (write-through).
+    secondary_tiers=1,
+    # lookup() and prepare_store() run _process_finished_jobs (lookup once
+    # per step, behind _processed_jobs_this_step); on_schedule_end polls
+    # when the gate is open, then submits the step's promotions
+    # (_flush_pending_promotions).
+    tier_poll=TierPoll.CALLS,
+    # _initiate_promotion: no bound on promotions in flight ...
+    max_promotions_in_flight=None,
+    # ... and primary_tier.prepare_write([key]): the key alone.
+    promotion_offers_chain=False,
+    # no lookup_prefix: the connector's loop of lookup() stops at the first
+    # answer that is not HIT.
+    prefix_walks_promotions=False,
+    # reset_cache sets _promotions_held until on_reset_flushed().
+    reset_holds_promotions=True,
+    # complete_store decrements RequestState.pending_primary_stores, counted
+    # per prepare_store that stored keys, and asserts it was positive.
+    stores_completed_whole=True,
+)
+"""vLLM 0.33's ``TieringOffloadingManager`` over its CPU primary tier and
+one secondary tier holding every chunk (the ``tiered`` target of ``audit
+--vllm``)."""
+
 GENERATION_PRESETS: tuple[Profile, ...] = (
     VLLM_0_19,
     VLLM_0_20,
@@ -208,9 +238,10 @@ PRESETS: tuple[Profile, ...] = tuple(
         ),
         key=lambda profile: int(profile.name.rsplit(".", 1)[1]),
     )
-)
+) + (VLLM_0_33_TIERED,)
 """Every preset, one per release 0.19-0.33 (``vllm-0.27`` is 0.25's
-generation under the release's own name), oldest first."""
+generation under the release's own name), oldest first; then
+``vllm-0.33-tiered`` (0.33's tiering manager)."""
 
 _BY_GENERATION: dict[str, Profile] = {
     "0.19": VLLM_0_19,
@@ -254,6 +285,7 @@ __all__ = [
     "VLLM_0_30",
     "VLLM_0_31",
     "VLLM_0_33",
+    "VLLM_0_33_TIERED",
     "preset",
     "preset_for_generation",
 ]

@@ -14,7 +14,7 @@ flight per request between ``prepare_*`` and ``complete_*``.
 from __future__ import annotations
 
 from collections import Counter
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import attrs
 from hypothesis import strategies as st
@@ -52,6 +52,15 @@ _TRACKED = (PhaseKind.PENDING, PhaseKind.READY, PhaseKind.LOADING)
 BAD_KEYS: tuple[object, ...] = (b"", b"abc", "blk00\x00\x00\x00\x00", 7, None)
 """Offers that are not valid keys: too short, not bytes."""
 
+
+
+def _completes_absent(config: Any) -> bool:
+    """Whether the kit may complete a store of an ABSENT key: an illegal
+    call, or a no-op under ``complete_store_ignores_absent`` — unless the
+    engine completes only whole stores (``stores_completed_whole``), when
+    such a call is outside its protocol."""
+    profile = config.profile
+    return not (profile.stores_completed_whole and profile.complete_store_ignores_absent)
 
 class TraceSink:
     """Where a machine leaves its harness, so a caller can read the trace
@@ -326,7 +335,12 @@ class ManagerMachine(RuleBasedStateMachine):
         core = core_of(self.harness.model)
         live = [k for k in batch.keys if core.phase(k).kind is not PhaseKind.ABSENT]
         order = data.draw(st.permutations(live), label="order")
-        count = data.draw(st.integers(0, len(order)), label="how many")
+        if self.config.profile.stores_completed_whole:
+            if not live:
+                return  # a reset dropped it: the engine never completes it
+            count = len(order)
+        else:
+            count = data.draw(st.integers(0, len(order)), label="how many")
         success = data.draw(st.booleans(), label="success")
         chosen, rest = tuple(order[:count]), tuple(order[count:])
         self.step(CompleteStore(chosen, success, request=batch.request))
@@ -414,6 +428,8 @@ class ManagerMachine(RuleBasedStateMachine):
             # own all-cleared event
             self.step(TakeEvents())
         self.step(ResetCache())
+        if self.config.profile.stores_completed_whole and not core_of(self.harness.model).blocks:
+            self.stores.clear()  # the reset dropped them: never completed
 
     # --- illegal calls (every manager: typed errors or any, as the profile says)
 
@@ -438,7 +454,9 @@ class ManagerMachine(RuleBasedStateMachine):
             return
         self.step(CompleteLoad(keys, request=self._request(data)))
 
-    @precondition(lambda self: bool(self._phase_keys(PhaseKind.ABSENT)))
+    @precondition(
+        lambda self: bool(self._phase_keys(PhaseKind.ABSENT)) and _completes_absent(self.config)
+    )
     @rule(data=st.data(), success=st.booleans())
     def illegal_complete_store(self, data: st.DataObject, success: bool) -> None:
         absent = data.draw(st.sampled_from(self._phase_keys(PhaseKind.ABSENT)))

@@ -16,7 +16,8 @@ from typing import TypeVar
 
 import attrs
 
-from kvoffload.spec.model import KeyListOperation, Operation
+from kvoffload.spec.model import KeyListOperation, Operation, ResetCache, TakeEvents
+from kvoffload.spec.profile import ResetAnnounce
 from kvoffload.stateful.harness import Discrepancy, Harness, KitConfig
 
 
@@ -103,6 +104,21 @@ def shrink_sequence(
     return current
 
 
+def engine_protocol(config: KitConfig, ops: Sequence[Operation]) -> bool:
+    """Whether ``ops`` keeps the engine's order the drivers keep: under
+    ``ResetAnnounce.ENGINE`` the engine takes the queued events right
+    before each ``reset_cache`` (its all-cleared event follows), so a
+    shrunk sequence may not drop that ``take_events`` (the model's consumer
+    would then miss events it was owed: a violation of no manager's)."""
+    if config.profile.reset_announce is not ResetAnnounce.ENGINE:
+        return True
+    return all(
+        index > 0 and isinstance(ops[index - 1], TakeEvents)
+        for index, op in enumerate(ops)
+        if isinstance(op, ResetCache)
+    )
+
+
 def shrink(
     config: KitConfig,
     num_blocks: int,
@@ -114,6 +130,8 @@ def shrink(
     """The shortest sequence found that still fails with ``kind``."""
 
     def still_fails(candidate: list[Operation]) -> list[Operation] | None:
+        if not engine_protocol(config, candidate):
+            return None
         harness, error = replay(config, num_blocks, candidate)
         if error is None or failure_kind(error) != kind:
             return None

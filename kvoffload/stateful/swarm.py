@@ -216,6 +216,13 @@ def _promote(run: Run) -> None:
         run.step(Lookup(chain[0], request=run.request()))
     else:
         run.step(LookupPrefix(chain, request=run.request()))
+    if core.polls_at_calls and run.rng.random() < 0.25:
+        # under TierPoll.CALLS the step's end submits the promotions and
+        # the next call takes them: sometimes end the step here, and
+        # sometimes reset before any call polls (promotions in flight)
+        run.step(ScheduleEnd())
+        if run.harness.config.profile.has_reset and run.rng.random() < 0.3:
+            _reset(run)
 
 
 def _touch(run: Run) -> None:
@@ -313,6 +320,10 @@ def _complete_store(run: Run) -> None:
     live = [k for k in batch if core.phase(k).kind is PhaseKind.PENDING]
     run.rng.shuffle(live)
     count = run.rng.randint(0, len(live)) if run.rng.random() < 0.5 else len(live)
+    if run.harness.config.profile.stores_completed_whole:
+        if not live:
+            return  # a reset dropped it: the engine never completes it
+        count = len(live)
     success = run.rng.random() < 0.8
     done, rest = tuple(live[:count]), tuple(live[count:])
     run.step(CompleteStore(done, success, request=request))
@@ -323,7 +334,7 @@ def _complete_store(run: Run) -> None:
 def _complete_store_again(run: Run) -> None:
     """``complete_store`` of keys already stored: a no-op."""
     stored = run.of(PhaseKind.READY, PhaseKind.LOADING)
-    if stored:
+    if stored and not run.harness.config.profile.stores_completed_whole:
         run.step(CompleteStore(run.subset(stored), run.rng.random() < 0.7, request=run.request()))
 
 
@@ -424,6 +435,9 @@ def _illegal_complete_load(run: Run) -> None:
 
 
 def _illegal_complete_store(run: Run) -> None:
+    profile = run.harness.config.profile
+    if profile.stores_completed_whole and profile.complete_store_ignores_absent:
+        return  # no store to complete: outside the engine's protocol
     absent = run.of(PhaseKind.ABSENT)
     if absent:
         pending = run.of(PhaseKind.PENDING)

@@ -74,13 +74,17 @@ class ReleaseManager(OffloadingManager):
         features = release.features
         self._touch_context = features.touch_context
         self._complete_context = features.complete_context
+        self._reset_unflushed = False
 
     def __deepcopy__(self, memo: dict[int, Any]) -> ReleaseManager:
         """A copy for the kit's probes: the manager and its per-request
         state copied, the release (its loaded modules, which ``deepcopy``
         refuses) shared."""
+        from kvoffload.stateful.vllm_tiers import shared_on_copy
+
         clone = copy.copy(self)
         memo[id(self)] = clone
+        memo.update(shared_on_copy(self.inner))
         for name, value in vars(self).items():
             if name != "release":
                 setattr(clone, name, copy.deepcopy(value, memo))
@@ -178,6 +182,13 @@ class ReleaseManager(OffloadingManager):
         else:
             hook()
         self._new_requests.clear()
+        if self._reset_unflushed:
+            # the workers report the jobs in flight at a reset with this
+            # step's output: vLLM's scheduler then calls on_reset_flushed
+            self._reset_unflushed = False
+            flushed = getattr(self.inner, "on_reset_flushed", None)
+            if callable(flushed):
+                flushed()
 
     def take_events(self) -> Iterable[OffloadingEvent]:
         # the release's own events, private ones included: the kit reads them
@@ -190,6 +201,7 @@ class ReleaseManager(OffloadingManager):
         reset = getattr(self.inner, "reset_cache", None)
         if callable(reset):
             reset()
+            self._reset_unflushed = True
 
     def shutdown(self) -> None:
         shutdown = getattr(self.inner, "shutdown", None)
@@ -206,6 +218,8 @@ class ReleaseTarget:
     factory: ManagerFactory
     policy: str
     reuse_filter: ReuseFilterParams | None = None
+    #: the replay script's lines building the factory (None: ``make_factory``)
+    header: str | None = None
 
 
 def release_factory(
@@ -281,7 +295,47 @@ def make_factory(
     return release_factory(release, policy, reuse)
 
 
+def tiered_factory(release: VllmRelease) -> ManagerFactory:
+    """``factory(capacity)``: vLLM's ``TieringOffloadingManager`` over its
+    CPU primary tier and the example tier
+    (:func:`kvoffload.stateful.vllm_tiers.new_tiered_manager`), presented
+    through :class:`ReleaseManager`."""
+    from kvoffload.stateful.vllm_tiers import new_tiered_manager
+
+    def factory(num_blocks: int) -> OffloadingManager:
+        return ReleaseManager(release, new_tiered_manager(release, num_blocks))
+
+    factory.__qualname__ = factory.__name__ = f"vllm_{release.version}_tiered"
+    return factory
+
+
+def make_tiered_factory(directory: str) -> ManagerFactory:
+    """The ``tiered`` target's factory for the release under ``directory``:
+    what its replay script imports."""
+    return tiered_factory(load_release(directory))
+
+
+TIERED_PROFILE = "vllm-0.33-tiered"
+"""The ``tiered`` row's own profile (it wins over ``--profile``: the row's
+answers are defined by its options)."""
+
+
+def release_tiered_target(release: VllmRelease) -> ReleaseTarget | None:
+    """The ``tiered`` target of a release with tiering (0.33 on), else None."""
+    from kvoffload.stateful.vllm_tiers import has_tiering
+
+    if not has_tiering(release):
+        return None
+    header = (
+        "from kvoffload.stateful.vllm_targets import make_tiered_factory\n"
+        f"factory = make_tiered_factory({str(release.root)!r})  # {release.describe()}"
+    )
+    return ReleaseTarget("tiered", tiered_factory(release), "lru", header=header)
+
+
 def _replay_header(release: VllmRelease, target: ReleaseTarget) -> str:
+    if target.header is not None:
+        return target.header
     args = [repr(str(release.root)), repr(target.policy)]
     if target.reuse_filter is not None:
         args += [str(target.reuse_filter.store_threshold), str(target.reuse_filter.max_tracker_size)]
@@ -332,6 +386,11 @@ KNOWN_FINDINGS = (
         "F8", "defect", "the example tier reports a promotion successful without "
         "writing its bytes into the primary slots",
         ("T1 tier readable",), "^tier example$", ((0, 33), (0, 33)),
+    ),
+    KnownFinding(
+        "F10", "defect", "reset_cache completes a promotion in flight and announces it "
+        "stored, then drops it with the primary: a consumer is told of a chunk that is gone",
+        ("6 events",), "^tiered$", ((0, 33), (0, 33)),
     ),
 )
 """The defects of docs/FINDINGS.md an audit of a release reports (the
@@ -523,11 +582,51 @@ def run_release_audit(args: argparse.Namespace) -> int:
                 f"factory = make_tier_factory({str(release.root)!r}, {name!r})"
                 f"  # {release.describe()}",
             ))
+    tiered = release_tiered_target(release)
+    if tiered is not None:
+        tiered_preset = profile_named(TIERED_PROFILE)
+        tiered_profile = with_overrides(tiered_preset, args.typed_errors, args.reset)
+        print(f"tiered: vLLM's TieringOffloadingManager over its CPU tier and the example "
+              f"tier, under its own profile {tiered_profile.name}")
+        progress = Progress(tiered.name, budget)
+        report = audit(
+            progress.wrap(tiered.factory),
+            policy=tiered.policy,
+            profile=tiered_profile,
+            max_examples=args.examples,
+            stateful_step_count=args.steps,
+            seed=args.seed,
+            name=tiered.name,
+            illegal_calls=getattr(args, "illegal_calls", True),
+        )
+        progress.done(_verdict(report))
+        tiered_conventions = differing_options(tiered_profile, tiered_preset)
+        print(release_line(release.version, tiered.name, report, tiered_conventions), flush=True)
+        finding = known_finding(release.version, tiered.name, report)
+        follow_up = report.without_illegal_calls
+        if finding is None and follow_up is not None:
+            finding = known_finding(release.version, tiered.name, follow_up)
+        known = follow_up is None or follow_up.passed or known_finding(
+            release.version, tiered.name, follow_up
+        ) is not None
+        results.append(
+            result_of(
+                attrs.evolve(report, script=_with_header(report.script, release, tiered)),
+                f"vllm {release.version} tiered",
+                failed=fails_run(report, fail_on, known_finding=finding is not None and known),
+                finding=None if finding is None else finding.id,
+                kind=None if finding is None else finding.kind,
+            )
+        )
+        if not report.passed:
+            print()
+            print(_with_header(report.render(), release, tiered))
     write_reports(results, junit=getattr(args, "junit_xml", None),
                   json_path=getattr(args, "json", None))
     if fail_on != "any":
         tolerated = sum(not r.failed for r in results if not r.verdict.startswith("PASS"))
-        print(f"\n--fail-on {fail_on}: {tolerated} of {len(failures)} failing target(s) "
+        failing = sum(not r.verdict.startswith("PASS") for r in results)
+        print(f"\n--fail-on {fail_on}: {tolerated} of {failing} failing target(s) "
               "do not fail the run")
     return 1 if any(r.failed for r in results) else 0
 

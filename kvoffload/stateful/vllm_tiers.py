@@ -82,6 +82,58 @@ def release_tier_factories(release: VllmRelease) -> dict[str, Callable[[int, mem
     return {"example": example_tier, "fs": fs_tier}
 
 
+def new_tiered_manager(release: VllmRelease, num_chunks: int) -> Any:
+    """vLLM's ``TieringOffloadingManager`` over ``num_chunks`` chunks, built
+    as its tiering spec builds it (``tiering/spec.py``): a
+    ``CPUPrimaryTierOffloadingManager`` (LRU, events on) over a
+    ``SharedOffloadRegion`` of :data:`CHUNK_BYTES` per chunk in ``/dev/shm``
+    (removed at ``shutdown``), one ``ExampleSecondaryTierManager`` over the
+    primary's memory, and the tier-poll thread off
+    (``tier_poll_interval_s=0``; the example tier does not ask for it)."""
+    import uuid
+
+    manager = importlib.import_module(f"{TIERING}.manager")
+    region_module = importlib.import_module("vllm.v1.kv_offload.cpu.shared_offload_region")
+    example = importlib.import_module(f"{TIERING}.example.manager")
+    region = region_module.SharedOffloadRegion(
+        f"kvoffload-{uuid.uuid4().hex}", num_chunks, None, CHUNK_BYTES, CHUNK_BYTES
+    )
+    primary = manager.CPUPrimaryTierOffloadingManager(
+        num_chunks, region, cache_policy="lru", enable_events=True
+    )
+    tier = example.ExampleSecondaryTierManager(
+        offloading_spec_record(), primary.get_kv_memoryview(), "example"
+    )
+    return manager.TieringOffloadingManager(primary, [tier], tier_poll_interval_s=0)
+
+
+def shared_on_copy(inner: Any) -> dict[int, Any]:
+    """What a ``copy.deepcopy`` of a ``TieringOffloadingManager`` (built by
+    :func:`new_tiered_manager`) must not copy, as a ``memo`` to start from:
+    the primary's memory (its shared region and the views of it the
+    primary and the tiers hold: shared, not copied; neither the CPU
+    manager nor the example tier reads or writes it) and the manager's lock
+    and stop event (a fresh one each). Empty for any other manager."""
+    import threading
+
+    primary = getattr(inner, "primary_tier", None)
+    if primary is None:
+        return {}
+    memo: dict[int, Any] = {}
+    for shared in (
+        getattr(primary, "_mmap_region", None),
+        getattr(primary, "_kv_memoryview", None),
+        *(getattr(tier, "_primary_kv_view", None) for tier in inner.secondary_tiers),
+    ):
+        if shared is not None:
+            memo[id(shared)] = shared
+    if isinstance(getattr(inner, "_lock", None), type(threading.Lock())):
+        memo[id(inner._lock)] = threading.Lock()
+    if isinstance(getattr(inner, "_tier_poll_stop", None), threading.Event):
+        memo[id(inner._tier_poll_stop)] = threading.Event()
+    return memo
+
+
 def make_tier_factory(directory: str, name: str) -> Callable[[int, memoryview], Any]:
     """The factory of tier ``name`` (``"example"``, ``"fs"``) of the release
     under ``directory`` (loaded here): what a replay script of ``audit
@@ -107,6 +159,8 @@ __all__ = [
     "TIER_EXAMPLES",
     "has_tiering",
     "make_tier_factory",
+    "shared_on_copy",
+    "new_tiered_manager",
     "offloading_spec_record",
     "release_tier_factories",
 ]

@@ -29,8 +29,9 @@ def test_a_ci_audits_a_release(directory: Path, tmp_path: Path) -> None:
     full = run(*base, "--junit-xml", str(junit), "--json", str(report))
     assert full.returncode == 1, full.stdout + full.stderr
     lines = [line for line in full.stdout.splitlines() if line.startswith(("PASS ", "FAIL "))]
-    managers = [line for line in lines if " tier " not in line]
+    managers = [line for line in lines if " tier " not in line and " tiered" not in line]
     tiers = [line for line in lines if " tier " in line]
+    tiered_rows = [line for line in lines if line.startswith(("PASS tiered", "FAIL tiered"))]
     assert len(managers) == 4, full.stdout
     for line in managers:
         assert "[F3, defect: " in line and "without illegal calls: PASS (150 examples" in line
@@ -41,6 +42,12 @@ def test_a_ci_audits_a_release(directory: Path, tmp_path: Path) -> None:
         assert line.startswith("PASS tier fs") or (
             line.startswith("FAIL tier example") and "[F8, defect: " in line
         ), line
+    # and its tiering manager: F3 with illegal calls, F10 (at a reset) without
+    assert len(tiered_rows) == (1 if tiered else 0), full.stdout
+    for line in tiered_rows:
+        assert "[F3, defect: " in line and "without illegal calls: FAIL" in line, line
+        assert "[F10, defect: " in line, line
+    tiers += tiered_rows
     assert "outputs only" not in full.stdout  # the kit copies its own wrapper
 
     document = json.loads(report.read_text())
@@ -49,6 +56,10 @@ def test_a_ci_audits_a_release(directory: Path, tmp_path: Path) -> None:
         if target["name"].startswith("tier "):
             assert target["finding"] == ("F8" if target["name"] == "tier example" else None)
             continue
+        if target["name"] == "tiered":
+            assert target["finding"] == "F3" and target["failed"] is True
+            assert "make_tiered_factory(" in target["replay"]
+            continue
         assert target["finding"] == "F3" and target["kind"] == "defect"
         assert target["failed"] is True and target["seed"] == 0
         assert target["observability"] == "copy"
@@ -56,14 +67,14 @@ def test_a_ci_audits_a_release(directory: Path, tmp_path: Path) -> None:
     suites = ET.parse(junit).getroot()
     cases = suites.findall("./testsuite/testcase")
     assert len(cases) == 4 + len(tiers)
-    assert sum(c.find("failure") is not None for c in cases) == 4 + (1 if tiered else 0)
+    assert sum(c.find("failure") is not None for c in cases) == 4 + (2 if tiered else 0)
     failure = cases[0].find("failure")
     assert failure is not None and failure.get("type") == "errors"
     assert "make_factory(" in (failure.text or "") and "seed: 0" in (failure.text or "")
 
     # F3 needs illegal calls, which an engine never makes; F8 is met by an
-    # engine that uses the example tier, so it fails the run unless only new
-    # findings do
+    # engine that uses the example tier and F10 by one that uses the tiering
+    # manager, so they fail the run unless only new findings do
     for option, expected in (
         (("--fail-on", "engine"), 1 if tiered else 0),
         (("--fail-on", "new"), 0),

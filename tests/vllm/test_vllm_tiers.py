@@ -61,3 +61,107 @@ def test_tier_hand_reproduction(directory: object, script: str) -> None:
     result = run(str(FINDINGS / script), str(directory))
     assert "REPRODUCED" in result.stdout, result.stdout + result.stderr
     assert result.returncode == 1
+
+
+TIERED_AUDIT = """
+import sys
+import attrs
+from kvoffload.spec.profile import TierPoll, profile_named
+from kvoffload.stateful import audit
+from kvoffload.stateful.vllm_targets import known_finding, make_tiered_factory
+factory = make_tiered_factory(sys.argv[1])
+profile = profile_named("vllm-0.33-tiered")
+flip = {"tier_poll": TierPoll.STEP_END, "max_promotions_in_flight": 0,
+        "promotion_offers_chain": True, "prefix_walks_promotions": True,
+        "reset_holds_promotions": False, "stores_completed_whole": False}
+if sys.argv[2] in flip:  # one option set as kvoffload's own manager has it
+    profile = attrs.evolve(profile, **{sys.argv[2]: flip[sys.argv[2]]})
+profile = attrs.evolve(profile, has_reset=sys.argv[3] == "reset")
+report = audit(factory, policy="lru", profile=profile, seed=int(sys.argv[4]),
+               max_examples=int(sys.argv[5]), illegal_calls=False, name="tiered")
+print(report.verdict())
+finding = known_finding("0.33.0", "tiered", report)
+print(finding.id if finding is not None else "-")
+print(report.message or "")
+"""
+
+
+@needs_release
+@params
+@pytest.mark.parametrize(
+    ("option", "reset", "seed", "verdict", "finding"),
+    [
+        ("-", "no-reset", "1", "PASS", "-"),
+        ("-", "reset", "0", "FAIL: invariant 6 events", "F10"),
+        ("tier_poll", "no-reset", "0", "FAIL: invariant 2/3/5 eviction", "-"),
+        ("max_promotions_in_flight", "no-reset", "0", "FAIL: invariant lookup", "-"),
+        ("promotion_offers_chain", "no-reset", "0", "FAIL: invariant lookup", "-"),
+        ("prefix_walks_promotions", "no-reset", "0", "FAIL: invariant lookup", "-"),
+        ("reset_holds_promotions", "reset", "0", "FAIL: invariant lookup", "-"),
+        ("stores_completed_whole", "no-reset", "0", "FAIL: invariant no crash", "-"),
+    ],
+)
+def test_vllm_tiered_audit(
+    directory: object, option: str, reset: str, seed: str, verdict: str, finding: str
+) -> None:
+    """vLLM's tiering manager passes under ``vllm-0.33-tiered`` (resets
+    aside), fails on F10 with resets, and fails with any one of its
+    options set as kvoffload's own tiered manager has it."""
+    examples = "300" if verdict == "PASS" else "500"
+    result = run("-c", TIERED_AUDIT, str(directory), option, reset, seed, examples)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith(verdict), result.stdout
+    assert lines[1] == finding, result.stdout
+
+
+STEPS = """
+import random
+import sys
+from kvoffload.spec.invariants import Step, check_step
+from kvoffload.spec.profile import profile_named
+from kvoffload.stateful.harness import Harness, KitConfig
+from kvoffload.stateful.swarm import draw_plan, run_plan
+from kvoffload.stateful.vllm_targets import make_tiered_factory
+config = KitConfig(make_tiered_factory(sys.argv[1]), policy="lru", max_blocks=6, num_keys=12,
+                   profile=profile_named("vllm-0.33-tiered"), supports_reset=False,
+                   illegal_calls=False)
+found, polled = [], 0
+def observe(before, op, after):
+    global polled
+    step = Step(before, op, after, op.apply_to(before)[1])
+    found.extend(f"{op!r}: {v}" for v in check_step(step))
+    polled += before.poll_for(op) is not before
+for index in range(60):
+    rng = random.Random(index)
+    plan = draw_plan(rng, config, 60)
+    harness = Harness(config, plan.num_blocks)
+    harness.observer = observe
+    try:
+        run_plan(harness, plan, rng)
+    finally:
+        harness.close()
+print(len(found), polled)
+print("\\n".join(found[:5]))
+"""
+
+
+@needs_release
+@params
+def test_vllm_tiered_steps_keep_the_step_invariants(directory: object) -> None:
+    """Every step of the tiered target follows the lifecycle table, a
+    call's poll first (its promotions' COMPLETE_STORE, its cascades'
+    COMPLETE_LOADs), and the other step invariants."""
+    result = run("-c", STEPS, str(directory))
+    assert result.returncode == 0, result.stderr
+    violations, polls = result.stdout.split()[:2]
+    assert violations == "0", result.stdout
+    assert int(polls) >= 100, result.stdout
+
+
+@needs_release
+@params
+def test_tiered_hand_reproduction(directory: object) -> None:
+    result = run(str(FINDINGS / "F10_reset_announces_dropped_promotion.py"), str(directory))
+    assert "REPRODUCED" in result.stdout, result.stdout + result.stderr
+    assert result.returncode == 1
