@@ -175,6 +175,19 @@ class KVOffloadingManager(OffloadingManager):  # type: ignore[misc]
         self._config_info: ConfigInfoMapping = info.as_config_info() if info is not None else {}
         self._allocation_sizes: list[int] = []
         self._skipped_reported = 0
+        self._last_vllm_context: VllmReqContext | None = None
+        self._last_context = _NO_REQUEST
+
+    def _ours(self, req_context: VllmReqContext) -> ReqContext:
+        """kvoffload's context for vLLM's (:func:`_context`); the last one is
+        kept, as a request's calls come in a row (the vLLM context is held,
+        so its identity cannot be reused)."""
+        if req_context is self._last_vllm_context:
+            return self._last_context
+        ours = _context(req_context)
+        self._last_vllm_context = req_context
+        self._last_context = ours
+        return ours
 
     @property
     def lock(self) -> AbstractContextManager[object]:
@@ -196,21 +209,21 @@ class KVOffloadingManager(OffloadingManager):  # type: ignore[misc]
     def prepare_load(
         self, keys: Collection[OffloadKey], req_context: VllmReqContext
     ) -> VllmCPULoadStoreSpec:
-        spec = self.manager.prepare_load(keys, _context(req_context))
+        spec = self.manager.prepare_load(keys, self._ours(req_context))
         return VllmCPULoadStoreSpec(_block_ids(spec))
 
     def touch(self, keys: Collection[OffloadKey], req_context: VllmReqContext) -> None:
-        self.manager.touch(keys, _context(req_context))
+        self.manager.touch(keys, self._ours(req_context))
 
     def complete_load(self, keys: Collection[OffloadKey], req_context: VllmReqContext) -> None:
-        self.manager.complete_load(keys, _context(req_context))
+        self.manager.complete_load(keys, self._ours(req_context))
 
     # --- stores -------------------------------------------------------------
 
     def prepare_store(
         self, keys: Collection[OffloadKey], req_context: VllmReqContext
     ) -> VllmPrepareStoreOutput | None:
-        output = self.manager.prepare_store(keys, _context(req_context))
+        output = self.manager.prepare_store(keys, self._ours(req_context))
         if output is None:
             return None
         if output.keys_to_store:
@@ -227,18 +240,18 @@ class KVOffloadingManager(OffloadingManager):  # type: ignore[misc]
         req_context: VllmReqContext,
         success: bool = True,
     ) -> None:
-        self.manager.complete_store(keys, _context(req_context), success)
+        self.manager.complete_store(keys, self._ours(req_context), success)
 
     # --- requests and steps ------------------------------------------------
 
     def on_new_request(self, req_context: VllmReqContext) -> RequestOffloadingContext:
-        self.manager.on_new_request(_context(req_context))
+        self.manager.on_new_request(self._ours(req_context))
         return RequestOffloadingContext()
 
     def on_request_finished(self, req_context: VllmReqContext) -> None:
         """Commits the request's uses to the replacement policy (0.33's
         request-scoped recency)."""
-        self.manager.on_request_finished(_context(req_context))
+        self.manager.on_request_finished(self._ours(req_context))
 
     def on_schedule_end(self, context: ScheduleEndContext) -> None:
         self.manager.on_schedule_end()
