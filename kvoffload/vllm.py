@@ -72,7 +72,7 @@ from vllm.v1.kv_offload.cpu.common import (
 )
 from vllm.v1.metrics.cache_hit_source import CacheHitSource
 
-from kvoffload.impl.manager import CPUOffloadingManager
+from kvoffload.impl.manager import CPUOffloadingManager, KeyAnswers
 from kvoffload.impl.policies import require_policy_name
 from kvoffload.impl.reuse import FilterReusedOffloadingManager
 from kvoffload.impl.specs import BlockIDsLoadStoreSpec
@@ -99,7 +99,6 @@ BLOCK_SIZE_ALIGNMENT = mmap.PAGESIZE
 to its shared region's page size)."""
 
 _NO_REQUEST = ReqContext(req_id="")
-_HIT = LookupResult.HIT
 
 
 def _block_ids(spec: LoadStoreSpec) -> Any:
@@ -154,8 +153,12 @@ class KVOffloadingManager(OffloadingManager):  # type: ignore[misc]
             reset_with_loads=PROFILE.reset_with_loads,
             allow_empty=True,
         )
-        # the core's set of readable keys (never rebound): lookup's hot path
-        self._readable = self.core._readable
+        # lookup's hot path: one native call per key (the class's lookup
+        # says the same, for readers and for vLLM's ABC)
+        self._answers = KeyAnswers(
+            self.core, LookupResult.HIT, LookupResult.HIT_PENDING, LookupResult.MISS
+        )
+        self.lookup = self._answers.lookup  # type: ignore[method-assign]
         self.manager: LibraryManager = self.core
         self.filter: FilterReusedOffloadingManager | None = None
         if store_threshold >= 2:
@@ -197,11 +200,13 @@ class KVOffloadingManager(OffloadingManager):  # type: ignore[misc]
     # --- lookups and loads ---------------------------------------------------
 
     def lookup(self, key: OffloadKey, req_context: VllmReqContext) -> LookupResult:
-        if key in self._readable:
-            return _HIT
-        core = self.core
-        core.lookup(key, _NO_REQUEST)  # not readable: raises InvalidKeyError if malformed
-        return LookupResult.MISS if core.slot_of(key) is None else LookupResult.HIT_PENDING
+        """``HIT`` for a readable key, ``HIT_PENDING`` while its store is in
+        flight, ``MISS`` otherwise; :class:`InvalidKeyError` for a malformed
+        key. Each instance answers through its core's
+        :class:`~kvoffload.impl.manager.KeyAnswers` (bound over this
+        method in ``__init__``: one native call per key)."""
+        result: LookupResult = self._answers.lookup(key, req_context)
+        return result
 
     def get_load_source(self, key: OffloadKey, req_context: VllmReqContext) -> CacheHitSource:
         return CacheHitSource.HOST
