@@ -72,7 +72,7 @@ from vllm.v1.kv_offload.cpu.common import (
 )
 from vllm.v1.metrics.cache_hit_source import CacheHitSource
 
-from kvoffload.impl.manager import CPUOffloadingManager
+from kvoffload.impl.manager import CPUOffloadingManager, KeyAnswers
 from kvoffload.impl.policies import require_policy_name
 from kvoffload.impl.reuse import FilterReusedOffloadingManager
 from kvoffload.impl.specs import BlockIDsLoadStoreSpec
@@ -99,7 +99,6 @@ BLOCK_SIZE_ALIGNMENT = mmap.PAGESIZE
 to its shared region's page size)."""
 
 _NO_REQUEST = ReqContext(req_id="")
-_HIT = LookupResult.HIT
 
 
 def _block_ids(spec: LoadStoreSpec) -> Any:
@@ -154,8 +153,12 @@ class KVOffloadingManager(OffloadingManager):  # type: ignore[misc]
             reset_with_loads=PROFILE.reset_with_loads,
             allow_empty=True,
         )
-        # the core's set of readable keys (never rebound): lookup's hot path
-        self._readable = self.core._readable
+        # lookup's hot path: one native call per key (the class's lookup
+        # says the same, for readers and for vLLM's ABC)
+        self._answers = KeyAnswers(
+            self.core, LookupResult.HIT, LookupResult.HIT_PENDING, LookupResult.MISS
+        )
+        self.lookup = self._answers.lookup  # type: ignore[method-assign]
         self.manager: LibraryManager = self.core
         self.filter: FilterReusedOffloadingManager | None = None
         if store_threshold >= 2:
@@ -175,6 +178,19 @@ class KVOffloadingManager(OffloadingManager):  # type: ignore[misc]
         self._config_info: ConfigInfoMapping = info.as_config_info() if info is not None else {}
         self._allocation_sizes: list[int] = []
         self._skipped_reported = 0
+        self._last_vllm_context: VllmReqContext | None = None
+        self._last_context = _NO_REQUEST
+
+    def _ours(self, req_context: VllmReqContext) -> ReqContext:
+        """kvoffload's context for vLLM's (:func:`_context`); the last one is
+        kept, as a request's calls come in a row (the vLLM context is held,
+        so its identity cannot be reused)."""
+        if req_context is self._last_vllm_context:
+            return self._last_context
+        ours = _context(req_context)
+        self._last_vllm_context = req_context
+        self._last_context = ours
+        return ours
 
     @property
     def lock(self) -> AbstractContextManager[object]:
@@ -184,11 +200,13 @@ class KVOffloadingManager(OffloadingManager):  # type: ignore[misc]
     # --- lookups and loads ---------------------------------------------------
 
     def lookup(self, key: OffloadKey, req_context: VllmReqContext) -> LookupResult:
-        if key in self._readable:
-            return _HIT
-        core = self.core
-        core.lookup(key, _NO_REQUEST)  # not readable: raises InvalidKeyError if malformed
-        return LookupResult.MISS if core.slot_of(key) is None else LookupResult.HIT_PENDING
+        """``HIT`` for a readable key, ``HIT_PENDING`` while its store is in
+        flight, ``MISS`` otherwise; :class:`InvalidKeyError` for a malformed
+        key. Each instance answers through its core's
+        :class:`~kvoffload.impl.manager.KeyAnswers` (bound over this
+        method in ``__init__``: one native call per key)."""
+        result: LookupResult = self._answers.lookup(key, req_context)
+        return result
 
     def get_load_source(self, key: OffloadKey, req_context: VllmReqContext) -> CacheHitSource:
         return CacheHitSource.HOST
@@ -196,21 +214,21 @@ class KVOffloadingManager(OffloadingManager):  # type: ignore[misc]
     def prepare_load(
         self, keys: Collection[OffloadKey], req_context: VllmReqContext
     ) -> VllmCPULoadStoreSpec:
-        spec = self.manager.prepare_load(keys, _context(req_context))
+        spec = self.manager.prepare_load(keys, self._ours(req_context))
         return VllmCPULoadStoreSpec(_block_ids(spec))
 
     def touch(self, keys: Collection[OffloadKey], req_context: VllmReqContext) -> None:
-        self.manager.touch(keys, _context(req_context))
+        self.manager.touch(keys, self._ours(req_context))
 
     def complete_load(self, keys: Collection[OffloadKey], req_context: VllmReqContext) -> None:
-        self.manager.complete_load(keys, _context(req_context))
+        self.manager.complete_load(keys, self._ours(req_context))
 
     # --- stores -------------------------------------------------------------
 
     def prepare_store(
         self, keys: Collection[OffloadKey], req_context: VllmReqContext
     ) -> VllmPrepareStoreOutput | None:
-        output = self.manager.prepare_store(keys, _context(req_context))
+        output = self.manager.prepare_store(keys, self._ours(req_context))
         if output is None:
             return None
         if output.keys_to_store:
@@ -227,18 +245,18 @@ class KVOffloadingManager(OffloadingManager):  # type: ignore[misc]
         req_context: VllmReqContext,
         success: bool = True,
     ) -> None:
-        self.manager.complete_store(keys, _context(req_context), success)
+        self.manager.complete_store(keys, self._ours(req_context), success)
 
     # --- requests and steps ------------------------------------------------
 
     def on_new_request(self, req_context: VllmReqContext) -> RequestOffloadingContext:
-        self.manager.on_new_request(_context(req_context))
+        self.manager.on_new_request(self._ours(req_context))
         return RequestOffloadingContext()
 
     def on_request_finished(self, req_context: VllmReqContext) -> None:
         """Commits the request's uses to the replacement policy (0.33's
         request-scoped recency)."""
-        self.manager.on_request_finished(_context(req_context))
+        self.manager.on_request_finished(self._ours(req_context))
 
     def on_schedule_end(self, context: ScheduleEndContext) -> None:
         self.manager.on_schedule_end()

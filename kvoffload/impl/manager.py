@@ -13,7 +13,7 @@ from collections.abc import Collection, Iterable
 from contextlib import AbstractContextManager
 from itertools import takewhile
 from operator import itemgetter
-from typing import Any, cast
+from typing import Any, cast, final
 
 from mypy_extensions import mypyc_attr
 
@@ -564,6 +564,36 @@ class OffloadingManagerCore(OffloadingManager):
                     tuple(key for _, key in announced), self.block_size, self.medium, True
                 )
             )
+
+
+_NO_REQUEST = ReqContext(req_id="")
+
+
+@final
+class KeyAnswers:
+    """A face's per-key lookup over a core, answering with the face's own
+    values: ``hit`` for a readable key (READY or LOADING), ``pending`` for
+    a key whose store is in flight, ``miss`` for an untracked one. One native
+    call per key (the scheduler asks key by key); a face binds
+    :meth:`lookup` as its own. Raises what the core's ``lookup`` raises for
+    a malformed key; ``req_context`` is not read (no request records a
+    lookup)."""
+
+    def __init__(
+        self, core: OffloadingManagerCore, hit: object, pending: object, miss: object
+    ) -> None:
+        self.core = core
+        self.readable: set[OffloadKey] = core._readable  # never rebound by the core
+        self.hit = hit
+        self.pending = pending
+        self.miss = miss
+
+    def lookup(self, key: KeyArg, req_context: object) -> object:
+        if key in self.readable:
+            return self.hit
+        core = self.core
+        core.lookup(key, _NO_REQUEST)  # raises InvalidKeyError if malformed
+        return self.miss if core.slot_of(key) is None else self.pending
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)

@@ -292,18 +292,19 @@ class ARCCachePolicy(CachePolicy):
     def touch(self, keys: Sequence[OffloadKey]) -> None:
         t1, t2, b1, b2, blocks = self.t1, self.t2, self.b1, self.b2, self.blocks
         for key in reversed(keys):
-            if key in t1:
-                block = blocks[key]
-                if block.ref_cnt < 0:
-                    # a store in flight is not a second use: stay in T1
-                    t1.move_to_end(key)
-                else:
-                    t1.remove(key)
-                    t2.add(key, block)
-            elif key in t2:
-                t2.move_to_end(key)
-            elif key in b1 or key in b2:
-                self._ghost_hit(key)
+            # a tracked key is in exactly one of T1 and T2, a ghost in neither
+            block = blocks.get(key)
+            if block is None:
+                if key in b1 or key in b2:
+                    self._ghost_hit(key)
+            elif t2.renew(key):
+                pass
+            elif block.ref_cnt < 0:
+                # a store in flight is not a second use: stay in T1
+                t1.renew(key)
+            else:
+                t1.take(key)
+                t2.add(key, block)
 
     def _ghost_hit(self, key: OffloadKey) -> None:
         """A use of ghost ``key`` (in B1 or B2): the target moves towards
@@ -337,17 +338,16 @@ class ARCCachePolicy(CachePolicy):
         key it reused moves from T1, or within T2, to T2's most recent end;
         other keys (untracked, ghosts) are left."""
         t1, t2 = self.t1, self.t2
+        # inserted_only and reused are disjoint, and a key is in at most one
+        # of T1 and T2: each test below settles where the key is at once
         for key in reversed(order):
-            if key in inserted_only:
-                if key in t1:
-                    t1.move_to_end(key)
-                elif key in t2:
-                    t2.move_to_end(key)
-            elif key in reused:
-                if key in t1:
-                    t2.add(key, t1.remove(key))
-                elif key in t2:
-                    t2.move_to_end(key)
+            if key in reused:
+                if not t2.renew(key):
+                    block = t1.take(key)
+                    if block is not None:
+                        t2.add(key, block)
+            elif key in inserted_only and not t1.renew(key):
+                t2.renew(key)
 
     def evict(
         self, n: int, protected: Collection[OffloadKey]

@@ -73,6 +73,28 @@ class RecencyQueue(Generic[K]):
         else:
             self._order[key] = self._parked.pop(key)
 
+    def renew(self, key: K) -> bool:
+        """Make ``key`` the most recent member if it is one; whether it is
+        (one membership test and one move: the per-key path of a policy)."""
+        order = self._order
+        if key in order:
+            order.move_to_end(key)
+            return True
+        parked = self._parked
+        if parked:
+            block = parked.pop(key, None)
+            if block is not None:
+                order[key] = block
+                return True
+        return False
+
+    def take(self, key: K) -> BlockStatus | None:
+        """Drop ``key`` if it is a member; its block, else None."""
+        block = self._order.pop(key, None)
+        if block is None and self._parked:
+            block = self._parked.pop(key, None)
+        return block
+
     def touch(self, keys_in_order: Iterable[K]) -> None:
         """Make each member of ``keys_in_order`` most recent, in turn (the
         last ends most recent); non-members are ignored."""

@@ -60,12 +60,20 @@ class BlockIDsLoadStoreSpec(LoadStoreSpec):
     """Blocks given by their ids (slots) in a medium, as an int64 array.
 
     Raises :class:`TransferError` for malformed ids (:func:`block_id_array`).
+    ``checked=False`` skips that check, for ids a backend made itself (a
+    ``list`` of slot numbers, each an ``int`` in ``[0, 2**63 - 1]``): the
+    spec of every ``prepare_load`` and ``prepare_store``, where the check
+    cost more than building the array.
     """
 
     __slots__ = ("block_ids",)
 
-    def __init__(self, block_ids: Iterable[int] | npt.NDArray[Any]) -> None:
-        self.block_ids: npt.NDArray[np.int64] = block_id_array(block_ids)
+    def __init__(
+        self, block_ids: Iterable[int] | npt.NDArray[Any], *, checked: bool = True
+    ) -> None:
+        self.block_ids: npt.NDArray[np.int64] = (
+            block_id_array(block_ids) if checked else np.array(block_ids, dtype=np.int64)
+        )
 
     @staticmethod
     def medium() -> str:
