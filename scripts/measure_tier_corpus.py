@@ -53,6 +53,7 @@ def audit_entry(entry: Entry, seed: int, examples: int | None) -> Result:
     started = time.perf_counter()
     report = audit_tier(
         entry.load(),
+        profile=entry.profile(),
         seed=seed,
         max_examples=examples,
         name=entry.name,

@@ -241,6 +241,8 @@ def make_harness(factory: TierFactory, shape: TierRunShape, profile: Profile) ->
         bounded=profile.tier_capacity_bounded,
         stale_misses=profile.tier_stale_misses,
         pending_work=profile.tier_pending_work,
+        loads_succeed=profile.tier_loads_succeed,
+        evicts_on_store=profile.tier_evicts_on_store,
     )
 
 

@@ -199,6 +199,8 @@ class TierHarness:
     bounded: bool = True
     stale_misses: bool = False
     pending_work: bool = True
+    loads_succeed: bool = False
+    evicts_on_store: bool = False
     keys: list[OffloadKey] = attrs.field(init=False)
     memory: mmap.mmap = attrs.field(init=False)
     view: memoryview = attrs.field(init=False)
@@ -230,7 +232,9 @@ class TierHarness:
         self.owner = [None] * self.rows
         for row in range(self.rows):
             self._fill(row)
-        self.model = TierModel(self.capacity)
+        self.model = TierModel(
+            self.capacity, loads_succeed=self.loads_succeed, evicts_on_store=self.evicts_on_store
+        )
         self.threads_before = set(threading.enumerate())
         self.tier = self.factory(self.capacity, self.view)
         missing = [m for m in REQUIRED_METHODS if not callable(getattr(self.tier, m, None))]
@@ -783,7 +787,9 @@ class TierHarness:
             "from kvoffload.stateful.tier_harness import TierHarness",
             "",
             f"t = TierHarness(factory, capacity={self.capacity}, rows={self.rows}, "
-            f"num_keys={self.num_keys}, row_bytes={self.row_bytes})",
+            f"num_keys={self.num_keys}, row_bytes={self.row_bytes}, bounded={self.bounded}, "
+            f"stale_misses={self.stale_misses}, pending_work={self.pending_work}, "
+            f"loads_succeed={self.loads_succeed}, evicts_on_store={self.evicts_on_store})",
             "try:",
             *[f"    {line}" for line in self.trace],
             "    t.check_rows()",

@@ -43,7 +43,7 @@ CAUGHT: dict[str, Invariant | frozenset[Invariant]] = {
 def test_a_defect_the_kit_used_to_miss_is_caught(name: str) -> None:
     entry = BY_NAME[name]
     assert not entry.correct
-    report = audit_tier(entry.load(), seed=SEED)
+    report = audit_tier(entry.load(), profile=entry.profile(), seed=SEED)
     assert not report.passed, f"{name} passed"
     expected = CAUGHT[name]
     allowed = expected if isinstance(expected, frozenset) else frozenset({expected})
@@ -59,5 +59,5 @@ PASSING = sorted(
 def test_a_tier_the_specification_allows_passes(name: str) -> None:
     # 100 runs (the default is 500) keep the file short; the measurement
     # script audits these at the default budget over five seeds
-    report = audit_tier(BY_NAME[name].load(), seed=SEED, max_examples=100)
+    report = audit_tier(BY_NAME[name].load(), profile=BY_NAME[name].profile(), seed=SEED, max_examples=100)
     assert report.passed, report.render()
