@@ -169,6 +169,10 @@ class Profile:
     room for a cascade submitted since the key was last seen held
     (``base.py`` lists eviction among ``submit_store``'s duties); when
     False a tier may drop keys at any time (a TTL, a shared store).
+    ``tier_shutdown_removes_temp``: ``shutdown`` releases the temporary
+    files and directories the tier made (under ``tempfile``'s directory,
+    which the kit points at a directory of its own for each run), as it
+    releases its threads; when False a tier may leave them behind.
 
     docs/SPEC.md ("Profiles") gives each option's meaning in the models.
     """
@@ -196,6 +200,7 @@ class Profile:
     tier_pending_work: bool = True
     tier_loads_succeed: bool = True
     tier_evicts_on_store: bool = True
+    tier_shutdown_removes_temp: bool = True
 
     def describe(self) -> str:
         """One line naming every option's value."""

@@ -92,6 +92,8 @@ def draw_ops(rng: random.Random, shape: TierRunShape, steps: int) -> list[TierOp
             keys = rng.sample(pool, min(size, len(pool)))
             stored += keys
             ops.append(TierOp("store", (keys, req)))
+            if rng.random() < 0.25:  # promoted as soon as they read HIT, copy in flight or not
+                ops.append(TierOp("lookup_load", (keys, req)))
         elif kind == "load" and stored and rng.random() < 0.15:
             # now and then keys the tier may not hold (evicted since their
             # HIT, or never stored): the load must fail for those
@@ -243,6 +245,7 @@ def make_harness(factory: TierFactory, shape: TierRunShape, profile: Profile) ->
         pending_work=profile.tier_pending_work,
         loads_succeed=profile.tier_loads_succeed,
         evicts_on_store=profile.tier_evicts_on_store,
+        own_temp=profile.tier_shutdown_removes_temp,
     )
 
 

@@ -24,7 +24,9 @@ renders the trace as calls of these methods).
 from __future__ import annotations
 
 import mmap
+import os
 import shutil
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -201,6 +203,9 @@ class TierHarness:
     pending_work: bool = True
     loads_succeed: bool = False
     evicts_on_store: bool = False
+    own_temp: bool = False
+    temp_root: str | None = attrs.field(init=False, default=None)
+    temp_before: str | None = attrs.field(init=False, default=None)
     keys: list[OffloadKey] = attrs.field(init=False)
     memory: mmap.mmap = attrs.field(init=False)
     view: memoryview = attrs.field(init=False)
@@ -236,7 +241,14 @@ class TierHarness:
             self.capacity, loads_succeed=self.loads_succeed, evicts_on_store=self.evicts_on_store
         )
         self.threads_before = set(threading.enumerate())
-        self.tier = self.factory(self.capacity, self.view)
+        if self.own_temp:  # the tier's temporary files go to a directory of the run
+            self.temp_root = tempfile.mkdtemp(prefix="kvoffload-tier-run-")
+            self.temp_before, tempfile.tempdir = tempfile.tempdir, self.temp_root
+        try:
+            self.tier = self.factory(self.capacity, self.view)
+        except BaseException:
+            self._release_temp()
+            raise
         missing = [m for m in REQUIRED_METHODS if not callable(getattr(self.tier, m, None))]
         if missing:
             raise TypeError(
@@ -491,6 +503,18 @@ class TierHarness:
             f"then lookup: {answers}"
         )
         return job.job_id
+
+    def lookup_load(self, indices: list[int], req: int = 0) -> int | None:
+        """Look ``K[i]`` up (checked) and promote at once those that read
+        HIT: a HIT while a store of the key is in flight says the copy
+        landed, so its bytes must load back (a file made visible before its
+        contents are written fails here). None when none reads HIT."""
+        answers = [self._ask(self.keys[i], req) for i in indices]
+        self._record(f"t.lookup_load({list(indices)}, req={req})  # {[a.name for a in answers]}")
+        hits = [i for i, a in zip(indices, answers) if a is LookupResult.HIT]
+        if not hits:
+            return None
+        return self.load(hits, req)
 
     def poll(self, count: bool = True) -> list[int]:
         """``get_finished_jobs()``: each result checked (job reported once,
@@ -754,16 +778,39 @@ class TierHarness:
         :data:`SHUTDOWN_BOUND_S`, and then no thread the tier started still
         runs (``T7``: "release threads")."""
         hook = getattr(self.tier, "shutdown", None)
-        if self.closed or not callable(hook):
+        if self.closed:
             return
         self.closed = True
-        self._bounded("shutdown", hook, SHUTDOWN_BOUND_S)
-        left = self.tier_threads()
-        if left:
+        try:
+            if not callable(hook):
+                return
+            self._bounded("shutdown", hook, SHUTDOWN_BOUND_S)
+            left = self.tier_threads()
+            if left:
+                raise SpecViolation(
+                    Invariant.TIER_PROGRESS,
+                    f"shutdown() returned while the tier's threads {left} still run",
+                )
+        finally:
+            kept = self._release_temp()
+        if kept:
             raise SpecViolation(
                 Invariant.TIER_PROGRESS,
-                f"shutdown() returned while the tier's threads {left} still run",
+                f"shutdown() left the temporary files {kept} the tier made (profile option "
+                "tier_shutdown_removes_temp)",
             )
+
+    def _release_temp(self) -> list[str]:
+        """Restore ``tempfile.tempdir``, remove the run's temporary
+        directory; what the tier had left in it (``own_temp``)."""
+        root = self.temp_root
+        if root is None:
+            return []
+        self.temp_root = None
+        tempfile.tempdir = self.temp_before
+        kept = sorted(os.listdir(root))
+        shutil.rmtree(root, ignore_errors=True)
+        return kept
 
     def shutdown(self) -> None:
         """End the run: ``shutdown()``, maybe with jobs in flight (see
@@ -789,7 +836,8 @@ class TierHarness:
             f"t = TierHarness(factory, capacity={self.capacity}, rows={self.rows}, "
             f"num_keys={self.num_keys}, row_bytes={self.row_bytes}, bounded={self.bounded}, "
             f"stale_misses={self.stale_misses}, pending_work={self.pending_work}, "
-            f"loads_succeed={self.loads_succeed}, evicts_on_store={self.evicts_on_store})",
+            f"loads_succeed={self.loads_succeed}, evicts_on_store={self.evicts_on_store}, "
+            f"own_temp={self.own_temp})",
             "try:",
             *[f"    {line}" for line in self.trace],
             "    t.check_rows()",
