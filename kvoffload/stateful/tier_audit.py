@@ -81,6 +81,7 @@ def draw_ops(rng: random.Random, shape: TierRunShape, steps: int) -> list[TierOp
     ops: list[TierOp] = [TierOp("new_request", (0,))]
     open_requests, next_request = [0], 1
     stored: list[int] = []
+    faults = rng.random() < 0.3  # a run of three fills the disk now and then
     for _ in range(steps):
         kind = rng.choices(_KINDS, weights)[0]
         req = rng.choice(open_requests) if open_requests else 0
@@ -91,6 +92,15 @@ def draw_ops(rng: random.Random, shape: TierRunShape, steps: int) -> list[TierOp
                 pool = sorted(set(stored))
             keys = rng.sample(pool, min(size, len(pool)))
             stored += keys
+            if faults and rng.random() < 0.3:  # the store meets a full disk
+                ops += [
+                    TierOp("disk_full", (True,)),
+                    TierOp("store", (keys, req)),
+                    TierOp("drain"),
+                    TierOp("disk_full", (False,)),
+                    TierOp("lookup_load", (keys, req)),
+                ]
+                continue
             ops.append(TierOp("store", (keys, req)))
             if rng.random() < 0.25:  # promoted as soon as they read HIT, copy in flight or not
                 ops.append(TierOp("lookup_load", (keys, req)))

@@ -204,6 +204,8 @@ class TierHarness:
     loads_succeed: bool = False
     evicts_on_store: bool = False
     own_temp: bool = False
+    disk_limit: tuple[int, int] | None = attrs.field(init=False, default=None)
+    disk_signal: Any = attrs.field(init=False, default=None)
     temp_root: str | None = attrs.field(init=False, default=None)
     temp_before: str | None = attrs.field(init=False, default=None)
     keys: list[OffloadKey] = attrs.field(init=False)
@@ -625,6 +627,41 @@ class TierHarness:
         pending = getattr(self.tier, "has_pending_work", None)
         check_drained(self.model, bool(pending()) if callable(pending) else None)
 
+    def disk_full(self, on: bool) -> None:
+        """A failing disk, for every file the process writes: while ``on``,
+        every write of a byte to a file fails whole (``EFBIG``:
+        ``RLIMIT_FSIZE`` 0, ``SIGXFSZ`` ignored; nothing is written, so a
+        preallocated slab fails as a chunk file does). A store then may
+        fail, and must say so:
+        a key whose write failed is not readable, and no torn chunk loads
+        back (``T1``). Only on the main thread of a platform with
+        ``resource`` (elsewhere nothing happens)."""
+        self._record(f"t.disk_full({on})")
+        if on and self.disk_limit is None:
+            try:
+                import resource
+                import signal
+            except ImportError:  # pragma: no cover - not POSIX
+                return
+            if threading.current_thread() is not threading.main_thread():
+                return
+            self.disk_signal = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+            self.disk_limit = resource.getrlimit(resource.RLIMIT_FSIZE)
+            resource.setrlimit(resource.RLIMIT_FSIZE, (0, self.disk_limit[1]))
+        elif not on:
+            self._disk_restored()
+
+    def _disk_restored(self) -> None:
+        """End :meth:`disk_full`'s fault, if on."""
+        if self.disk_limit is None:
+            return
+        import resource
+        import signal
+
+        resource.setrlimit(resource.RLIMIT_FSIZE, self.disk_limit)
+        signal.signal(signal.SIGXFSZ, self.disk_signal)
+        self.disk_limit = None
+
     def settle(self) -> None:
         """Let the tier's own threads run for a millisecond."""
         time.sleep(0.001)
@@ -778,6 +815,7 @@ class TierHarness:
         :data:`SHUTDOWN_BOUND_S`, and then no thread the tier started still
         runs (``T7``: "release threads")."""
         hook = getattr(self.tier, "shutdown", None)
+        self._disk_restored()
         if self.closed:
             return
         self.closed = True
