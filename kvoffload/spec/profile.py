@@ -173,6 +173,11 @@ class Profile:
     files and directories the tier made (under ``tempfile``'s directory,
     which the kit points at a directory of its own for each run), as it
     releases its threads; when False a tier may leave them behind.
+    ``tier_disk_faults``: a store may meet a failing disk (every file write
+    fails) and must then report exactly the keys it wrote: a key reported
+    failed is not readable; when False (vLLM 0.33, whose ``fs`` tier fails
+    a batch as a whole although the keys written before the failing one
+    stay readable: docs/FINDINGS.md F10) the kit injects no disk fault.
 
     docs/SPEC.md ("Profiles") gives each option's meaning in the models.
     """
@@ -201,6 +206,7 @@ class Profile:
     tier_loads_succeed: bool = True
     tier_evicts_on_store: bool = True
     tier_shutdown_removes_temp: bool = True
+    tier_disk_faults: bool = True
 
     def describe(self) -> str:
         """One line naming every option's value."""

@@ -472,13 +472,27 @@ class TierModel:
         model = attrs.evolve(
             model, jobs=model.jobs.without([job_id]), reported=model.reported | {job_id}
         )
+        if not job.is_promotion:
+            for key in made_it:
+                model = model._room_in_flight(key)
         return model, record, made_it
+
+    def _room_in_flight(self, key: OffloadKey) -> TierModel:
+        """``key`` was just seen held: with ``evicts_on_store``, a cascade
+        still in flight may yet make room by evicting it (a tier may
+        allocate when a copy lands, not only at ``submit_store``)."""
+        state = self.key(key)
+        if not self.evicts_on_store or state.room_made or not state.present:
+            return self
+        if not any(not r.job.is_promotion for r in self.jobs.values()):
+            return self
+        return attrs.evolve(self, keys=self.keys.set(key, attrs.evolve(state, room_made=True)))
 
     def observe(self, key: OffloadKey, answer: LookupResult) -> TierModel:
         """``lookup(key)`` answered ``answer`` (HIT_PENDING counts as RETRY:
         a tier has no pending answer of its own)."""
         if answer is LookupResult.HIT:
-            return self._moved(key, TierCall.LOOKUP_HIT)
+            return self._moved(key, TierCall.LOOKUP_HIT)._room_in_flight(key)
         if answer is LookupResult.MISS:
             self._check_eviction(key)
             return self._moved(key, TierCall.LOOKUP_MISS)

@@ -70,7 +70,9 @@ def draw_shape(rng: random.Random, row_bytes: int = ROW_BYTES) -> TierRunShape:
     )
 
 
-def draw_ops(rng: random.Random, shape: TierRunShape, steps: int) -> list[TierOp]:
+def draw_ops(
+    rng: random.Random, shape: TierRunShape, steps: int, disk_faults: bool = True
+) -> list[TierOp]:
     """A run's calls: a weight per kind drawn for the run (swarm testing),
     then ``steps`` calls. Promotions name keys the kit has stored (the
     harness decides at run time whether the model holds them present: see
@@ -81,7 +83,8 @@ def draw_ops(rng: random.Random, shape: TierRunShape, steps: int) -> list[TierOp
     ops: list[TierOp] = [TierOp("new_request", (0,))]
     open_requests, next_request = [0], 1
     stored: list[int] = []
-    faults = rng.random() < 0.3  # a run of three fills the disk now and then
+    # in a run of three the disk fails now and then (profile option tier_disk_faults)
+    faults = rng.random() < 0.3 and disk_faults
     for _ in range(steps):
         kind = rng.choices(_KINDS, weights)[0]
         req = rng.choice(open_requests) if open_requests else 0
@@ -341,7 +344,9 @@ def audit_tier(
                 break
             rng = run_seed(seed, index)
             shape = draw_shape(rng, chunk_bytes)
-            ops = draw_ops(rng, shape, rng.randint(max(4, steps // 4), steps))
+            ops = draw_ops(
+                rng, shape, rng.randint(max(4, steps // 4), steps), profile.tier_disk_faults
+            )
             threaded = index % POLL_THREAD_EVERY == POLL_THREAD_EVERY - 1
             harness, error = replay(
                 factory, shape, ops, profile, poll_thread=threaded, noise=rng

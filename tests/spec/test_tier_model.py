@@ -215,8 +215,11 @@ def test_tier_evicts_on_store_allows_a_miss_only_after_a_cascade_since_the_last_
     room = held.submit_store(TierJob(1, (B,), (1,), False), [1])
     assert room.key(A).room_made
     assert room.observe(A, LookupResult.MISS).phase(A) is TierPhaseKind.ABSENT
-    # ...but not once the key was seen held again after that cascade
+    # ...also once seen held again while that cascade is in flight (it may
+    # allocate when its copy lands), but not after it was reported
     seen = room.observe(A, LookupResult.HIT)
+    assert seen.observe(A, LookupResult.MISS).phase(A) is TierPhaseKind.ABSENT
+    seen = seen.report(1, True, None)[0].observe(A, LookupResult.HIT)
     with pytest.raises(SpecViolation, match="tier_evicts_on_store"):
         seen.observe(A, LookupResult.MISS)
     # nor through a promotion's lookup right after submit_load
@@ -235,7 +238,7 @@ def test_a_store_reported_keeps_the_room_a_cascade_made_while_it_was_in_flight()
     # a key re-stored after it was seen absent is held with no room made for it
     fresh = _held(evicts_on_store=True).submit_store(TierJob(1, (B,), (1,), False), [1])
     fresh = fresh.observe(A, LookupResult.MISS).submit_store(TierJob(2, (A,), (2,), False), [2])
-    fresh = fresh.report(2, True, None)[0]
+    fresh = fresh.report(1, True, None)[0].report(2, True, None)[0]
     with pytest.raises(SpecViolation, match="tier_evicts_on_store"):
         fresh.observe(A, LookupResult.MISS)
 

@@ -1,5 +1,5 @@
 """Opt-in: vLLM 0.33's own secondary tiers under the tier kit, and the
-hand reproductions of what it finds (docs/FINDINGS.md, F8 and F9).
+hand reproductions of what it finds (docs/FINDINGS.md, F8, F9 and F10).
 
     KVOFFLOAD_VLLM_DIRS=/tmp/vllm python -m pytest tests/vllm/test_vllm_tiers.py -q
 
@@ -55,7 +55,12 @@ def test_vllm_tier_audit(directory: object, tier: str, profile: str, verdict: st
 @needs_release
 @params
 @pytest.mark.parametrize(
-    "script", ["F8_example_tier_loads_no_bytes.py", "F9_fs_tier_stale_miss.py"]
+    "script",
+    [
+        "F8_example_tier_loads_no_bytes.py",
+        "F9_fs_tier_stale_miss.py",
+        "F10_fs_tier_failed_batch_keeps_keys.py",
+    ],
 )
 def test_tier_hand_reproduction(directory: object, script: str) -> None:
     result = run(str(FINDINGS / script), str(directory))
