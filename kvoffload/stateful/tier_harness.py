@@ -253,6 +253,7 @@ class TierHarness:
             raise
         missing = [m for m in REQUIRED_METHODS if not callable(getattr(self.tier, m, None))]
         if missing:
+            self._release_temp()
             raise TypeError(
                 f"the factory returned {type(self.tier).__name__}, not a secondary tier "
                 f"(no {', '.join(missing)})"
