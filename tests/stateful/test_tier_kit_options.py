@@ -12,6 +12,7 @@ from collections.abc import Collection
 from pathlib import Path
 
 import attrs
+import pytest
 
 from kvoffload.spec.contract import LookupResult, ReqContext
 from kvoffload.spec.keys import OffloadKey
@@ -177,3 +178,10 @@ def test_disk_full_fails_every_file_write_and_is_lifted(tmp_path: Path) -> None:
             f.write(b"data")
     finally:
         harness.close()
+
+
+def test_a_factory_that_returns_no_tier_leaves_tempfile_as_it_was() -> None:
+    before = tempfile.tempdir
+    with pytest.raises(TypeError, match="not a secondary tier"):
+        TierHarness(lambda capacity, view: object(), 2, own_temp=True)
+    assert tempfile.tempdir == before
