@@ -5,7 +5,8 @@ is a set of secondary tiers written from docs/SPEC.md, the tier contract and
 vLLM's ``tiering/base.py`` alone, without the kit: a correct tier of each of
 9 designs and defective variants, each with one slip. This script audits
 each entry as a user would (``audit_tier()`` at the default budget unless
-``--examples``) once per seed and prints, per entry: how many seeds caught
+``--examples``, under the profile its design declares: ``Entry.profile()``)
+once per seed and prints, per entry: how many seeds caught
 the defect (or raised a false alarm, for a correct tier), the invariants
 named, the replay's length, and the wall time per audit.
 
@@ -53,6 +54,7 @@ def audit_entry(entry: Entry, seed: int, examples: int | None) -> Result:
     started = time.perf_counter()
     report = audit_tier(
         entry.load(),
+        profile=entry.profile(),
         seed=seed,
         max_examples=examples,
         name=entry.name,

@@ -7,8 +7,9 @@ before its cascade landed stays MISS, for that request and for any other,
 after the cascade reports success. A MISS there is safe (a hit is lost, nothing is
 corrupted), so this is a convention, the profile option
 ``tier_stale_misses`` (True for ``vllm-0.33``); under the default profile
-the kit reads such a MISS as an eviction and reports ``T1 tier readable``
-when a promotion of the key then succeeds.
+the kit reads such a MISS as an eviction: ``T0 tier lifecycle`` (no
+cascade was submitted since the key was seen held, ``tier_evicts_on_store``),
+else ``T1 tier readable`` when a promotion of the key then succeeds.
 
     python docs/findings/F9_fs_tier_stale_miss.py DIR...   (0.33 or later)
 """

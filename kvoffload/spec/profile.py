@@ -201,6 +201,26 @@ class Profile:
     ``base.py`` default answers False, its tier-poll thread polls anyway)
     the kit asks it only after a drain.
 
+    ``tier_loads_succeed``: a promotion makes it for every key it pins
+    (the key answered HIT right after ``submit_load``): HIT means "present
+    and ready" (``base.py``), so only an eviction the tier was seen to make
+    excuses a failed load; when False (a lossy tier; vLLM 0.33, whose
+    manager counts promotion failures and whose ``fs`` tier fails a load
+    of a file removed behind it) any promotion may fail.
+    ``tier_evicts_on_store``: a key the tier holds leaves it only to make
+    room for a cascade submitted since the key was last seen held
+    (``base.py`` lists eviction among ``submit_store``'s duties); when
+    False a tier may drop keys at any time (a TTL, a shared store).
+    ``tier_shutdown_removes_temp``: ``shutdown`` releases the temporary
+    files and directories the tier made (under ``tempfile``'s directory,
+    which the kit points at a directory of its own for each run), as it
+    releases its threads; when False a tier may leave them behind.
+    ``tier_disk_faults``: a store may meet a failing disk (every file write
+    fails) and must then report exactly the keys it wrote: a key reported
+    failed is not readable; when False (vLLM 0.33, whose ``fs`` tier fails
+    a batch as a whole although the keys written before the failing one
+    stay readable: docs/FINDINGS.md F11) the kit injects no disk fault.
+
     docs/SPEC.md ("Profiles") gives each option's meaning in the models.
     """
 
@@ -230,6 +250,11 @@ class Profile:
     prefix_walks_promotions: bool = True
     reset_holds_promotions: bool = False
     stores_completed_whole: bool = False
+
+    tier_loads_succeed: bool = True
+    tier_evicts_on_store: bool = True
+    tier_shutdown_removes_temp: bool = True
+    tier_disk_faults: bool = True
 
     def describe(self) -> str:
         """One line naming every option's value."""
@@ -263,12 +288,17 @@ LEGACY = attrs.evolve(
 TIERED = attrs.evolve(DEFAULT, name="kvoffload-tiered", secondary_tiers=1,
                       max_promotions_in_flight=2)
 
+#: A lossy secondary tier (a backend whose reads may fail, e.g. over a
+#: network): a promotion of a key that answered HIT may fail.
+LOSSY_TIER = attrs.evolve(DEFAULT, name="kvoffload-lossy-tier", tier_loads_succeed=False)
+
 #: As :data:`TIERED`, write-back.
 TIERED_WRITE_BACK = attrs.evolve(TIERED, name="kvoffload-tiered-write-back",
                                  cascade=Cascade.WRITE_BACK)
 
 PRESETS: dict[str, Profile] = {
-    profile.name: profile for profile in (DEFAULT, LEGACY, TIERED, TIERED_WRITE_BACK)
+    profile.name: profile
+    for profile in (DEFAULT, LEGACY, TIERED, TIERED_WRITE_BACK, LOSSY_TIER)
 }
 """Every named profile, by name. :mod:`kvoffload.spec.releases` adds one
 preset per vLLM generation (its ``PRESETS``) when first asked for a name."""

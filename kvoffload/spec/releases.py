@@ -172,6 +172,14 @@ VLLM_0_33 = attrs.evolve(
     # tiering/base.py: has_pending_work() "whether this tier needs the engine
     # to keep stepping", False by default even with jobs in flight.
     tier_pending_work=False,
+    # tiering/base.py: loads report per-key failures (JobResult.successful_keys)
+    # and the manager counts promotion failures; the fs tier fails a load of a
+    # file removed behind it. Eviction stays submit_store's (base.py's list).
+    tier_loads_succeed=False,
+    # tiering/fs/io.py batch_store_block: one task per job "raises on first
+    # error", so a job fails as a whole though the files written before the
+    # failing one stay in place and read HIT (docs/FINDINGS.md F11).
+    tier_disk_faults=False,
 )
 """vLLM 0.33: private clean-up events; secondary tiers without a capacity,
 whose lookups may answer a stale MISS."""

@@ -170,6 +170,10 @@ class TierKey:
     storing: tuple[int, ...] = ()
     loads: int = 0
     evicted_under_load: bool = False
+    room_made: bool = False
+    """A cascade was submitted since the key was last seen held (a HIT) or
+    absent: the tier may have evicted it to make room (profile option
+    ``tier_evicts_on_store``)."""
 
     @property
     def kind(self) -> TierPhaseKind:
@@ -217,7 +221,9 @@ def tier_apply(key: bytes, state: TierKey, call: TierCall, version: int | None =
             raise IllegalTierCallError(key, kind, call)
         storing = _without_one(state.storing, version)
         if call is TierCall.STORE_OK:
-            after = TierKey(True, state.versions | {version}, storing, state.loads)
+            after = TierKey(
+                True, state.versions | {version}, storing, state.loads, room_made=state.room_made
+            )
         else:
             after = attrs.evolve(state, storing=storing)
     elif call is TierCall.SUBMIT_LOAD:
@@ -225,19 +231,26 @@ def tier_apply(key: bytes, state: TierKey, call: TierCall, version: int | None =
     elif call in (TierCall.LOAD_REPORTED, TierCall.LOAD_UNPINNED):
         after = attrs.evolve(state, loads=state.loads - 1)
         if call is TierCall.LOAD_UNPINNED and version == 0:  # MISS: evicted before the load
-            after = attrs.evolve(after, present=False, versions=frozenset())
+            after = attrs.evolve(
+                after,
+                present=False,
+                versions=frozenset(),
+                room_made=after.room_made and bool(after.storing),
+            )
         if after.loads == 0:
             after = attrs.evolve(after, evicted_under_load=False)
     elif call is TierCall.LOOKUP_HIT:
         if state.present:
-            after = state
+            after = attrs.evolve(state, room_made=False)
         else:  # one of the stores in flight landed: any of their versions may be read
-            after = attrs.evolve(state, present=True, versions=frozenset(state.storing))
+            after = attrs.evolve(
+                state, present=True, versions=frozenset(state.storing), room_made=False
+            )
     else:  # LOOKUP_MISS
-        after = state
+        after = state if state.storing else attrs.evolve(state, room_made=False)
         if state.present:
             after = attrs.evolve(
-                state, present=False, versions=frozenset(), evicted_under_load=state.loads > 0
+                after, present=False, versions=frozenset(), evicted_under_load=state.loads > 0
             )
     if after.kind not in row.targets:  # pragma: no cover - the table and this code agree
         raise AssertionError(f"tier_apply left {key!r} {after}, the table says {row.targets}")
@@ -249,11 +262,14 @@ def tier_apply(key: bytes, state: TierKey, call: TierCall, version: int | None =
 
 def chunk_pattern(key: bytes, version: int, size: int) -> bytes:
     """The ``size`` bytes a primary chunk of ``key`` holds when stored at
-    ``version``: unique to ``(key, version)`` (a BLAKE2b digest repeated),
-    so a torn, stale or misplaced chunk never passes for another."""
-    seed = hashlib.blake2b(
-        key + version.to_bytes(8, "big", signed=True), digest_size=32
-    ).digest()
+    ``version``: unique to ``(key, version)``, so a torn, stale or
+    misplaced chunk never passes for another. Odd versions are a BLAKE2b
+    digest repeated (compressible), even versions a SHAKE-256 stream
+    (incompressible): a tier that compresses chunks takes both paths."""
+    tag = key + version.to_bytes(8, "big", signed=True)
+    if version % 2 == 0:
+        return hashlib.shake_256(b"chunk" + tag).digest(size)
+    seed = hashlib.blake2b(tag, digest_size=32).digest()
     whole, rest = divmod(size, len(seed))
     return seed * whole + seed[:rest]
 
@@ -316,6 +332,12 @@ class TierModel:
     keys: FrozenMap[OffloadKey, TierKey] = attrs.field(factory=FrozenMap)
     jobs: FrozenMap[JobId, JobRecord] = attrs.field(factory=FrozenMap)
     reported: frozenset[JobId] = frozenset()
+    loads_succeed: bool = False
+    """Profile option ``tier_loads_succeed``: a promotion makes it for every
+    key it pins (False: only §10's base rules, any promotion may fail)."""
+    evicts_on_store: bool = False
+    """Profile option ``tier_evicts_on_store``: a key held leaves the tier
+    only to make room for a cascade submitted since it was last seen held."""
 
     def key(self, key: OffloadKey) -> TierKey:
         return self.keys.get(key, TierKey())
@@ -339,6 +361,15 @@ class TierModel:
         the pinned slot ``job.chunk_ids[i]``."""
         self._check_new_job(job)
         model = self
+        if self.evicts_on_store:  # this cascade may evict any other key to make room
+            stored = set(job.keys)
+            marked = {
+                k: attrs.evolve(state, room_made=True)
+                for k, state in self.keys.items()
+                if k not in stored and not state.room_made and (state.present or state.storing)
+            }
+            if marked:
+                model = attrs.evolve(model, keys=FrozenMap([*model.keys.items(), *marked.items()]))
         for key, version in zip(job.keys, versions):
             model = model._moved(key, TierCall.SUBMIT_STORE, version)
         jobs = model.jobs
@@ -385,6 +416,8 @@ class TierModel:
         if answer is LookupResult.HIT or key not in record.pinned:
             return self.observe(key, answer) if answer is not LookupResult.RETRY else self
         miss = answer is LookupResult.MISS
+        if miss:
+            self._check_eviction(key)
         model = self._moved(key, TierCall.LOAD_UNPINNED, 0 if miss else None)
         record = attrs.evolve(
             record,
@@ -424,6 +457,13 @@ class TierModel:
                         f"key {key!r} was evicted while promotion {job_id} of it was in "
                         "flight, and the promotion failed for it",
                     )
+                if key not in made_it and self.loads_succeed:
+                    raise SpecViolation(
+                        Invariant.TIER_LIFECYCLE,
+                        f"promotion {job_id} failed for key {key!r}, which it pinned (the "
+                        "key read HIT right after the load was submitted): a HIT key must "
+                        "load (profile option tier_loads_succeed)",
+                    )
                 model = model._moved(key, TierCall.LOAD_REPORTED)
         else:
             for key, version in zip(job.keys, record.versions):
@@ -432,16 +472,45 @@ class TierModel:
         model = attrs.evolve(
             model, jobs=model.jobs.without([job_id]), reported=model.reported | {job_id}
         )
+        if not job.is_promotion:
+            for key in made_it:
+                model = model._room_in_flight(key)
         return model, record, made_it
+
+    def _room_in_flight(self, key: OffloadKey) -> TierModel:
+        """``key`` was just seen held: with ``evicts_on_store``, a cascade
+        still in flight may yet make room by evicting it (a tier may
+        allocate when a copy lands, not only at ``submit_store``)."""
+        state = self.key(key)
+        if not self.evicts_on_store or state.room_made or not state.present:
+            return self
+        if not any(not r.job.is_promotion for r in self.jobs.values()):
+            return self
+        return attrs.evolve(self, keys=self.keys.set(key, attrs.evolve(state, room_made=True)))
 
     def observe(self, key: OffloadKey, answer: LookupResult) -> TierModel:
         """``lookup(key)`` answered ``answer`` (HIT_PENDING counts as RETRY:
         a tier has no pending answer of its own)."""
         if answer is LookupResult.HIT:
-            return self._moved(key, TierCall.LOOKUP_HIT)
+            return self._moved(key, TierCall.LOOKUP_HIT)._room_in_flight(key)
         if answer is LookupResult.MISS:
+            self._check_eviction(key)
             return self._moved(key, TierCall.LOOKUP_MISS)
         return self
+
+    def _check_eviction(self, key: OffloadKey) -> None:
+        """``key`` read MISS. With ``evicts_on_store``, a key held (seen
+        HIT, or its store reported) may have left only to make room for a
+        cascade submitted since (``T0``): vLLM's ``base.py`` makes eviction
+        part of ``submit_store``."""
+        state = self.key(key)
+        if self.evicts_on_store and state.present and not state.room_made:
+            raise SpecViolation(
+                Invariant.TIER_LIFECYCLE,
+                f"key {key!r} ({state}) read MISS though no cascade was submitted since it "
+                "was last seen held: a tier evicts only to make room for a store (profile "
+                "option tier_evicts_on_store)",
+            )
 
     def in_flight(self) -> tuple[JobId, ...]:
         """The jobs submitted and not yet reported, in id order."""

@@ -70,7 +70,9 @@ def draw_shape(rng: random.Random, row_bytes: int = ROW_BYTES) -> TierRunShape:
     )
 
 
-def draw_ops(rng: random.Random, shape: TierRunShape, steps: int) -> list[TierOp]:
+def draw_ops(
+    rng: random.Random, shape: TierRunShape, steps: int, disk_faults: bool = True
+) -> list[TierOp]:
     """A run's calls: a weight per kind drawn for the run (swarm testing),
     then ``steps`` calls. Promotions name keys the kit has stored (the
     harness decides at run time whether the model holds them present: see
@@ -81,6 +83,8 @@ def draw_ops(rng: random.Random, shape: TierRunShape, steps: int) -> list[TierOp
     ops: list[TierOp] = [TierOp("new_request", (0,))]
     open_requests, next_request = [0], 1
     stored: list[int] = []
+    # in a run of three the disk fails now and then (profile option tier_disk_faults)
+    faults = rng.random() < 0.3 and disk_faults
     for _ in range(steps):
         kind = rng.choices(_KINDS, weights)[0]
         req = rng.choice(open_requests) if open_requests else 0
@@ -91,7 +95,18 @@ def draw_ops(rng: random.Random, shape: TierRunShape, steps: int) -> list[TierOp
                 pool = sorted(set(stored))
             keys = rng.sample(pool, min(size, len(pool)))
             stored += keys
+            if faults and rng.random() < 0.3:  # the store meets a full disk
+                ops += [
+                    TierOp("disk_full", (True,)),
+                    TierOp("store", (keys, req)),
+                    TierOp("drain"),
+                    TierOp("disk_full", (False,)),
+                    TierOp("lookup_load", (keys, req)),
+                ]
+                continue
             ops.append(TierOp("store", (keys, req)))
+            if rng.random() < 0.25:  # promoted as soon as they read HIT, copy in flight or not
+                ops.append(TierOp("lookup_load", (keys, req)))
         elif kind == "load" and stored and rng.random() < 0.15:
             # now and then keys the tier may not hold (evicted since their
             # HIT, or never stored): the load must fail for those
@@ -241,6 +256,9 @@ def make_harness(factory: TierFactory, shape: TierRunShape, profile: Profile) ->
         bounded=profile.tier_capacity_bounded,
         stale_misses=profile.tier_stale_misses,
         pending_work=profile.tier_pending_work,
+        loads_succeed=profile.tier_loads_succeed,
+        evicts_on_store=profile.tier_evicts_on_store,
+        own_temp=profile.tier_shutdown_removes_temp,
     )
 
 
@@ -326,7 +344,9 @@ def audit_tier(
                 break
             rng = run_seed(seed, index)
             shape = draw_shape(rng, chunk_bytes)
-            ops = draw_ops(rng, shape, rng.randint(max(4, steps // 4), steps))
+            ops = draw_ops(
+                rng, shape, rng.randint(max(4, steps // 4), steps), profile.tier_disk_faults
+            )
             threaded = index % POLL_THREAD_EVERY == POLL_THREAD_EVERY - 1
             harness, error = replay(
                 factory, shape, ops, profile, poll_thread=threaded, noise=rng

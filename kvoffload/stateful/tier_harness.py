@@ -24,7 +24,9 @@ renders the trace as calls of these methods).
 from __future__ import annotations
 
 import mmap
+import os
 import shutil
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -199,6 +201,13 @@ class TierHarness:
     bounded: bool = True
     stale_misses: bool = False
     pending_work: bool = True
+    loads_succeed: bool = False
+    evicts_on_store: bool = False
+    own_temp: bool = False
+    disk_limit: tuple[int, int] | None = attrs.field(init=False, default=None)
+    disk_signal: Any = attrs.field(init=False, default=None)
+    temp_root: str | None = attrs.field(init=False, default=None)
+    temp_before: str | None = attrs.field(init=False, default=None)
     keys: list[OffloadKey] = attrs.field(init=False)
     memory: mmap.mmap = attrs.field(init=False)
     view: memoryview = attrs.field(init=False)
@@ -230,11 +239,21 @@ class TierHarness:
         self.owner = [None] * self.rows
         for row in range(self.rows):
             self._fill(row)
-        self.model = TierModel(self.capacity)
+        self.model = TierModel(
+            self.capacity, loads_succeed=self.loads_succeed, evicts_on_store=self.evicts_on_store
+        )
         self.threads_before = set(threading.enumerate())
-        self.tier = self.factory(self.capacity, self.view)
+        if self.own_temp:  # the tier's temporary files go to a directory of the run
+            self.temp_root = tempfile.mkdtemp(prefix="kvoffload-tier-run-")
+            self.temp_before, tempfile.tempdir = tempfile.tempdir, self.temp_root
+        try:
+            self.tier = self.factory(self.capacity, self.view)
+        except BaseException:
+            self._release_temp()
+            raise
         missing = [m for m in REQUIRED_METHODS if not callable(getattr(self.tier, m, None))]
         if missing:
+            self._release_temp()
             raise TypeError(
                 f"the factory returned {type(self.tier).__name__}, not a secondary tier "
                 f"(no {', '.join(missing)})"
@@ -488,6 +507,18 @@ class TierHarness:
         )
         return job.job_id
 
+    def lookup_load(self, indices: list[int], req: int = 0) -> int | None:
+        """Look ``K[i]`` up (checked) and promote at once those that read
+        HIT: a HIT while a store of the key is in flight says the copy
+        landed, so its bytes must load back (a file made visible before its
+        contents are written fails here). None when none reads HIT."""
+        answers = [self._ask(self.keys[i], req) for i in indices]
+        self._record(f"t.lookup_load({list(indices)}, req={req})  # {[a.name for a in answers]}")
+        hits = [i for i, a in zip(indices, answers) if a is LookupResult.HIT]
+        if not hits:
+            return None
+        return self.load(hits, req)
+
     def poll(self, count: bool = True) -> list[int]:
         """``get_finished_jobs()``: each result checked (job reported once,
         keys a subset, bytes of every key that made it); the job's rows are
@@ -596,6 +627,41 @@ class TierHarness:
             raise idle
         pending = getattr(self.tier, "has_pending_work", None)
         check_drained(self.model, bool(pending()) if callable(pending) else None)
+
+    def disk_full(self, on: bool) -> None:
+        """A failing disk, for every file the process writes: while ``on``,
+        every write of a byte to a file fails whole (``EFBIG``:
+        ``RLIMIT_FSIZE`` 0, ``SIGXFSZ`` ignored; nothing is written, so a
+        preallocated slab fails as a chunk file does). A store then may
+        fail, and must say so:
+        a key whose write failed is not readable, and no torn chunk loads
+        back (``T1``). Only on the main thread of a platform with
+        ``resource`` (elsewhere nothing happens)."""
+        self._record(f"t.disk_full({on})")
+        if on and self.disk_limit is None:
+            try:
+                import resource
+                import signal
+            except ImportError:  # pragma: no cover - not POSIX
+                return
+            if threading.current_thread() is not threading.main_thread():
+                return
+            self.disk_signal = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+            self.disk_limit = resource.getrlimit(resource.RLIMIT_FSIZE)
+            resource.setrlimit(resource.RLIMIT_FSIZE, (0, self.disk_limit[1]))
+        elif not on:
+            self._disk_restored()
+
+    def _disk_restored(self) -> None:
+        """End :meth:`disk_full`'s fault, if on."""
+        if self.disk_limit is None:
+            return
+        import resource
+        import signal
+
+        resource.setrlimit(resource.RLIMIT_FSIZE, self.disk_limit)
+        signal.signal(signal.SIGXFSZ, self.disk_signal)
+        self.disk_limit = None
 
     def settle(self) -> None:
         """Let the tier's own threads run for a millisecond."""
@@ -750,16 +816,40 @@ class TierHarness:
         :data:`SHUTDOWN_BOUND_S`, and then no thread the tier started still
         runs (``T7``: "release threads")."""
         hook = getattr(self.tier, "shutdown", None)
-        if self.closed or not callable(hook):
+        self._disk_restored()
+        if self.closed:
             return
         self.closed = True
-        self._bounded("shutdown", hook, SHUTDOWN_BOUND_S)
-        left = self.tier_threads()
-        if left:
+        try:
+            if not callable(hook):
+                return
+            self._bounded("shutdown", hook, SHUTDOWN_BOUND_S)
+            left = self.tier_threads()
+            if left:
+                raise SpecViolation(
+                    Invariant.TIER_PROGRESS,
+                    f"shutdown() returned while the tier's threads {left} still run",
+                )
+        finally:
+            kept = self._release_temp()
+        if kept:
             raise SpecViolation(
                 Invariant.TIER_PROGRESS,
-                f"shutdown() returned while the tier's threads {left} still run",
+                f"shutdown() left the temporary files {kept} the tier made (profile option "
+                "tier_shutdown_removes_temp)",
             )
+
+    def _release_temp(self) -> list[str]:
+        """Restore ``tempfile.tempdir``, remove the run's temporary
+        directory; what the tier had left in it (``own_temp``)."""
+        root = self.temp_root
+        if root is None:
+            return []
+        self.temp_root = None
+        tempfile.tempdir = self.temp_before
+        kept = sorted(os.listdir(root))
+        shutil.rmtree(root, ignore_errors=True)
+        return kept
 
     def shutdown(self) -> None:
         """End the run: ``shutdown()``, maybe with jobs in flight (see
@@ -783,7 +873,10 @@ class TierHarness:
             "from kvoffload.stateful.tier_harness import TierHarness",
             "",
             f"t = TierHarness(factory, capacity={self.capacity}, rows={self.rows}, "
-            f"num_keys={self.num_keys}, row_bytes={self.row_bytes})",
+            f"num_keys={self.num_keys}, row_bytes={self.row_bytes}, bounded={self.bounded}, "
+            f"stale_misses={self.stale_misses}, pending_work={self.pending_work}, "
+            f"loads_succeed={self.loads_succeed}, evicts_on_store={self.evicts_on_store}, "
+            f"own_temp={self.own_temp})",
             "try:",
             *[f"    {line}" for line in self.trace],
             "    t.check_rows()",

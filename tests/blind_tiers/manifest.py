@@ -15,6 +15,7 @@ import importlib
 
 import attrs
 
+from kvoffload.spec.profile import DEFAULT, LOSSY_TIER, Profile, profile_named
 from tests.blind_tiers._common import TierFactory
 
 DESIGNS: dict[str, str] = {
@@ -40,6 +41,13 @@ class Entry:
     kit_visible: bool = True
     policy: str | None = None
 
+    def profile(self) -> Profile:
+        """The profile a user of this design audits with: the lossy design
+        (g) declares that its reads fail (AUTHOR_NOTES.md: every 3rd chunk
+        read fails), so a promotion of a HIT key may fail
+        (``tier_loads_succeed=False``); every other design, the default."""
+        return profile_named(_PROFILES.get(self.design, DEFAULT.name))
+
     def load(self) -> TierFactory:
         module, _, attr = self.factory.rpartition(".")
         fn: TierFactory = getattr(importlib.import_module(module), attr)
@@ -47,6 +55,7 @@ class Entry:
 
 
 _POLICIES = {"lru_bounded": "lru"}
+_PROFILES = {"partial_faults": LOSSY_TIER.name}
 
 
 def _ok(design: str) -> Entry:

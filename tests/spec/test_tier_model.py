@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import re
+import zlib
 from pathlib import Path
 
 import pytest
@@ -182,3 +183,66 @@ def test_spec_doc_shows_the_tier_table_and_diagram() -> None:
         "kvoffload.spec.tier_model import render_tier_mermaid; print(render_tier_mermaid(), end=\"\")'`"
     )
     assert render_tier_table() in spec, "docs/SPEC.md's tier table is stale (render_tier_table())"
+
+
+def _held(loads_succeed: bool = False, evicts_on_store: bool = False) -> TierModel:
+    model = TierModel(2, loads_succeed=loads_succeed, evicts_on_store=evicts_on_store)
+    model = model.submit_store(TierJob(0, (A,), (0,), False), [1])
+    return model.report(0, True, None)[0]
+
+
+def test_tier_loads_succeed_makes_a_failed_load_of_a_pinned_key_a_breach() -> None:
+    submitted = _held(loads_succeed=True).submit_load(TierJob(1, (A,), (5,), True))
+    pinned = submitted.confirm_load(1, A, LookupResult.HIT)
+    with pytest.raises(SpecViolation, match="tier_loads_succeed") as caught:
+        pinned.report(1, False, None)
+    assert caught.value.invariant is Invariant.TIER_LIFECYCLE
+    # a key not pinned (the tier answered RETRY right after the load) may fail
+    unpinned = submitted.confirm_load(1, A, LookupResult.RETRY)
+    assert not unpinned.report(1, False, None)[2]
+    # without the option (a lossy tier, vllm-0.33) any promotion may fail
+    lax = _held().submit_load(TierJob(1, (A,), (5,), True)).confirm_load(1, A, LookupResult.HIT)
+    after, _, made = lax.report(1, False, None)
+    assert not made and after.phase(A) is TierPhaseKind.PRESENT
+
+
+def test_tier_evicts_on_store_allows_a_miss_only_after_a_cascade_since_the_last_hit() -> None:
+    held = _held(evicts_on_store=True)
+    with pytest.raises(SpecViolation, match="tier_evicts_on_store") as caught:
+        held.observe(A, LookupResult.MISS)
+    assert caught.value.invariant is Invariant.TIER_LIFECYCLE
+    # a cascade of another key may have evicted it
+    room = held.submit_store(TierJob(1, (B,), (1,), False), [1])
+    assert room.key(A).room_made
+    assert room.observe(A, LookupResult.MISS).phase(A) is TierPhaseKind.ABSENT
+    # ...also once seen held again while that cascade is in flight (it may
+    # allocate when its copy lands), but not after it was reported
+    seen = room.observe(A, LookupResult.HIT)
+    assert seen.observe(A, LookupResult.MISS).phase(A) is TierPhaseKind.ABSENT
+    seen = seen.report(1, True, None)[0].observe(A, LookupResult.HIT)
+    with pytest.raises(SpecViolation, match="tier_evicts_on_store"):
+        seen.observe(A, LookupResult.MISS)
+    # nor through a promotion's lookup right after submit_load
+    loading = held.submit_load(TierJob(2, (A,), (5,), True))
+    with pytest.raises(SpecViolation, match="tier_evicts_on_store"):
+        loading.confirm_load(2, A, LookupResult.MISS)
+    # without the option a MISS is an eviction whenever it comes
+    assert _held().observe(A, LookupResult.MISS).phase(A) is TierPhaseKind.ABSENT
+
+
+def test_a_store_reported_keeps_the_room_a_cascade_made_while_it_was_in_flight() -> None:
+    model = TierModel(2, evicts_on_store=True).submit_store(TierJob(0, (A,), (0,), False), [1])
+    model = model.submit_store(TierJob(1, (B,), (1,), False), [1])  # may evict A's copy
+    model = model.report(0, True, None)[0]
+    assert model.observe(A, LookupResult.MISS).phase(A) is TierPhaseKind.ABSENT
+    # a key re-stored after it was seen absent is held with no room made for it
+    fresh = _held(evicts_on_store=True).submit_store(TierJob(1, (B,), (1,), False), [1])
+    fresh = fresh.observe(A, LookupResult.MISS).submit_store(TierJob(2, (A,), (2,), False), [2])
+    fresh = fresh.report(1, True, None)[0].report(2, True, None)[0]
+    with pytest.raises(SpecViolation, match="tier_evicts_on_store"):
+        fresh.observe(A, LookupResult.MISS)
+
+
+def test_chunk_patterns_of_even_versions_do_not_compress() -> None:
+    assert len(zlib.compress(chunk_pattern(A, 2, 64))) > 64
+    assert len(zlib.compress(chunk_pattern(A, 1, 64))) < 64
