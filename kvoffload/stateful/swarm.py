@@ -50,7 +50,7 @@ from kvoffload.spec.model import (
 )
 from kvoffload.spec.policies import ARCModel
 from kvoffload.spec.profile import ResetAnnounce
-from kvoffload.stateful.harness import Harness, KitConfig, core_of, scale_key
+from kvoffload.stateful.harness import Harness, KitConfig, Model, core_of, scale_key
 
 BAD_KEYS: tuple[object, ...] = (b"", b"abc", "blk00\x00\x00\x00\x00", 7, None)
 """Offers that are not valid keys: too short, not bytes."""
@@ -605,6 +605,35 @@ def run_plan(
     if probe is not None:
         probe(harness)
     return made
+
+
+Observer = Callable[[Model, Operation, Model], None]
+
+
+def observe_runs(
+    config: KitConfig,
+    runs: int,
+    observer: Observer,
+    *,
+    steps: int = 60,
+    before_run: Callable[[], None] | None = None,
+) -> None:
+    """Make ``runs`` swarm runs of about ``steps`` calls (run ``i`` drawn
+    from ``random.Random(i)``), calling ``observer(model before, call, model
+    after)`` after every legal call and ``before_run()`` before each run;
+    each run's manager is shut down after it. For tests that check a
+    property of every step the swarm makes."""
+    for index in range(runs):
+        if before_run is not None:
+            before_run()
+        rng = random.Random(index)
+        plan = draw_plan(rng, config, steps)
+        harness = Harness(config, plan.num_blocks)
+        harness.observer = observer
+        try:
+            run_plan(harness, plan, rng)
+        finally:
+            harness.close()
 
 
 __all__ = [

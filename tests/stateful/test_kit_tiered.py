@@ -11,7 +11,6 @@ failure naming the rule it breaks and replaying from its script.
 from __future__ import annotations
 
 import os
-import random
 from collections.abc import Callable
 from typing import Any
 
@@ -35,8 +34,8 @@ from kvoffload.spec.profile import (
 )
 from kvoffload.stateful import audit
 from kvoffload.stateful.auditing import DEFAULT_EXAMPLES
-from kvoffload.stateful.harness import Harness, KitConfig
-from kvoffload.stateful.swarm import draw_plan, run_plan
+from kvoffload.stateful.harness import KitConfig
+from kvoffload.stateful.swarm import observe_runs
 from kvoffload.stateful.targets import (
     BUILTIN_TARGETS,
     BUILTIN_TIER_TARGETS,
@@ -386,14 +385,6 @@ def test_tiered_steps_keep_the_step_invariants(factory: Factory, profile: Profil
         promotions += sum(Call.PREPARE_STORE in table_calls(step, k) and
                           isinstance(op, (Lookup, LookupPrefix)) for k in after.blocks)
 
-    for index in range(150):
-        rng = random.Random(index)
-        plan = draw_plan(rng, config, 60)
-        harness = Harness(config, plan.num_blocks)
-        harness.observer = observe
-        try:
-            run_plan(harness, plan, rng)
-        finally:
-            harness.close()
+    observe_runs(config, 150, observe)
     assert found == []
     assert promotions >= 5

@@ -8,7 +8,6 @@ under ``stores_completed_whole``. The audit of vLLM's own manager is opt-in
 
 from __future__ import annotations
 
-import random
 from typing import Any
 
 import attrs
@@ -25,9 +24,9 @@ from kvoffload.spec.model import (
     TakeEvents,
 )
 from kvoffload.spec.profile import TIERED, Profile, TierPoll, profile_named
-from kvoffload.stateful.harness import Harness, KitConfig
+from kvoffload.stateful.harness import KitConfig
 from kvoffload.stateful.shrink import engine_protocol
-from kvoffload.stateful.swarm import draw_plan, run_plan
+from kvoffload.stateful.swarm import observe_runs
 from kvoffload.stateful.targets import tiered_memory
 
 K = [make_offload_key(b"blk%02d" % i, 0) for i in range(8)]
@@ -139,6 +138,7 @@ def _completions(profile: Profile, runs: int) -> tuple[list[tuple[Any, ...]], in
     config = KitConfig(tiered_memory, policy="lru", profile=profile, max_blocks=6, num_keys=12)
     seen: list[tuple[Any, ...]] = []
     stores = 0
+    pending: dict[tuple[int, frozenset[OffloadKey]], None] = {}  # of the run
 
     def observe(before: Any, op: Any, after: Any) -> None:
         nonlocal stores
@@ -153,16 +153,7 @@ def _completions(profile: Profile, runs: int) -> tuple[list[tuple[Any, ...]], in
         if isinstance(op, ResetCache) and not after.blocks:
             pending.clear()  # the reset dropped them
 
-    for index in range(runs):
-        pending: dict[tuple[int, frozenset[OffloadKey]], None] = {}
-        rng = random.Random(index)
-        plan = draw_plan(rng, config, 60)
-        harness = Harness(config, plan.num_blocks)
-        harness.observer = observe
-        try:
-            run_plan(harness, plan, rng)
-        finally:
-            harness.close()
+    observe_runs(config, runs, observe, before_run=pending.clear)
     return seen, stores
 
 

@@ -123,12 +123,11 @@ def test_vllm_tiered_audit(
 
 
 STEPS = """
-import random
 import sys
 from kvoffload.spec.invariants import Step, check_step
 from kvoffload.spec.profile import profile_named
-from kvoffload.stateful.harness import Harness, KitConfig
-from kvoffload.stateful.swarm import draw_plan, run_plan
+from kvoffload.stateful.harness import KitConfig
+from kvoffload.stateful.swarm import observe_runs
 from kvoffload.stateful.vllm_targets import make_tiered_factory
 config = KitConfig(make_tiered_factory(sys.argv[1]), policy="lru", max_blocks=6, num_keys=12,
                    profile=profile_named("vllm-0.33-tiered"), supports_reset=False,
@@ -139,15 +138,7 @@ def observe(before, op, after):
     step = Step(before, op, after, op.apply_to(before)[1])
     found.extend(f"{op!r}: {v}" for v in check_step(step))
     polled += before.poll_for(op) is not before
-for index in range(60):
-    rng = random.Random(index)
-    plan = draw_plan(rng, config, 60)
-    harness = Harness(config, plan.num_blocks)
-    harness.observer = observe
-    try:
-        run_plan(harness, plan, rng)
-    finally:
-        harness.close()
+observe_runs(config, 60, observe)
 print(len(found), polled)
 print("\\n".join(found[:5]))
 """
