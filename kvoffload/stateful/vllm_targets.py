@@ -527,37 +527,11 @@ def run_release_audit(args: argparse.Namespace) -> int:
     results: list[TargetResult] = []
     fail_on = getattr(args, "fail_on", "any")
     for target in targets:
-        progress = Progress(target.name, budget)
-        report = audit(
-            progress.wrap(target.factory),
-            policy=target.policy,
-            reuse_filter=target.reuse_filter,
-            profile=profile,
-            max_examples=args.examples,
-            stateful_step_count=args.steps,
-            seed=args.seed,
-            name=target.name,
-            illegal_calls=getattr(args, "illegal_calls", True),
+        report, result = _audit_target(
+            release, target, profile, conventions, args, f"vllm {release.version}"
         )
-        progress.done(_verdict(report))
-        print(release_line(release.version, target.name, report, conventions), flush=True)
         reports.append((target, report))
-        follow_up = report.without_illegal_calls
-        finding = known_finding(release.version, target.name, report)
-        if finding is None and follow_up is not None:
-            finding = known_finding(release.version, target.name, follow_up)
-        known = follow_up is None or follow_up.passed or known_finding(
-            release.version, target.name, follow_up
-        ) is not None
-        results.append(
-            result_of(
-                attrs.evolve(report, script=_with_header(report.script, release, target)),
-                f"vllm {release.version}",
-                failed=fails_run(report, fail_on, known_finding=finding is not None and known),
-                finding=None if finding is None else finding.id,
-                kind=None if finding is None else finding.kind,
-            )
-        )
+        results.append(result)
     failures = [(t, r) for t, r in reports if not r.passed]
     for target, report in failures:
         print()
@@ -588,36 +562,11 @@ def run_release_audit(args: argparse.Namespace) -> int:
         tiered_profile = with_overrides(tiered_preset, args.typed_errors, args.reset)
         print(f"tiered: vLLM's TieringOffloadingManager over its CPU tier and the example "
               f"tier, under its own profile {tiered_profile.name}")
-        progress = Progress(tiered.name, budget)
-        report = audit(
-            progress.wrap(tiered.factory),
-            policy=tiered.policy,
-            profile=tiered_profile,
-            max_examples=args.examples,
-            stateful_step_count=args.steps,
-            seed=args.seed,
-            name=tiered.name,
-            illegal_calls=getattr(args, "illegal_calls", True),
+        report, result = _audit_target(
+            release, tiered, tiered_profile, differing_options(tiered_profile, tiered_preset),
+            args, f"vllm {release.version} tiered",
         )
-        progress.done(_verdict(report))
-        tiered_conventions = differing_options(tiered_profile, tiered_preset)
-        print(release_line(release.version, tiered.name, report, tiered_conventions), flush=True)
-        finding = known_finding(release.version, tiered.name, report)
-        follow_up = report.without_illegal_calls
-        if finding is None and follow_up is not None:
-            finding = known_finding(release.version, tiered.name, follow_up)
-        known = follow_up is None or follow_up.passed or known_finding(
-            release.version, tiered.name, follow_up
-        ) is not None
-        results.append(
-            result_of(
-                attrs.evolve(report, script=_with_header(report.script, release, tiered)),
-                f"vllm {release.version} tiered",
-                failed=fails_run(report, fail_on, known_finding=finding is not None and known),
-                finding=None if finding is None else finding.id,
-                kind=None if finding is None else finding.kind,
-            )
-        )
+        results.append(result)
         if not report.passed:
             print()
             print(_with_header(report.render(), release, tiered))
@@ -629,6 +578,52 @@ def run_release_audit(args: argparse.Namespace) -> int:
         print(f"\n--fail-on {fail_on}: {tolerated} of {failing} failing target(s) "
               "do not fail the run")
     return 1 if any(r.failed for r in results) else 0
+
+
+def _audit_target(
+    release: VllmRelease,
+    target: ReleaseTarget,
+    profile: Profile,
+    conventions: Sequence[str],
+    args: argparse.Namespace,
+    suite: str,
+) -> tuple[AuditReport, TargetResult]:
+    """Audit one of the release's managers under ``profile``, print its
+    line, and name the documented finding its failure is (if any) in its
+    result for the reports."""
+    from kvoffload.stateful.audit_cli import fails_run
+
+    budget = args.examples if args.examples is not None else DEFAULT_EXAMPLES
+    progress = Progress(target.name, budget)
+    report = audit(
+        progress.wrap(target.factory),
+        policy=target.policy,
+        reuse_filter=target.reuse_filter,
+        profile=profile,
+        max_examples=args.examples,
+        stateful_step_count=args.steps,
+        seed=args.seed,
+        name=target.name,
+        illegal_calls=getattr(args, "illegal_calls", True),
+    )
+    progress.done(_verdict(report))
+    print(release_line(release.version, target.name, report, conventions), flush=True)
+    follow_up = report.without_illegal_calls
+    finding = known_finding(release.version, target.name, report)
+    if finding is None and follow_up is not None:
+        finding = known_finding(release.version, target.name, follow_up)
+    known = follow_up is None or follow_up.passed or known_finding(
+        release.version, target.name, follow_up
+    ) is not None
+    fail_on = getattr(args, "fail_on", "any")
+    result = result_of(
+        attrs.evolve(report, script=_with_header(report.script, release, target)),
+        suite,
+        failed=fails_run(report, fail_on, known_finding=finding is not None and known),
+        finding=None if finding is None else finding.id,
+        kind=None if finding is None else finding.kind,
+    )
+    return report, result
 
 
 def _with_header(text: str | None, release: VllmRelease, target: ReleaseTarget) -> str | None:
