@@ -30,7 +30,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable, Collection
-from typing import cast
+from typing import Any, cast
 
 import attrs
 import numpy as np
@@ -56,6 +56,7 @@ from kvoffload.impl.worker.planning import (
     map_block_rows,
     plan_row_copies,
 )
+from kvoffload.impl.worker.region import CpuRegion
 from kvoffload.spec.errors import ConfigurationError, TransferError
 
 logger = logging.getLogger(__name__)
@@ -97,6 +98,8 @@ class _Layout:
     # On CUDA with zero-copy: the CPU tensors as CUDA tensors (the same
     # pinned memory, mapped into the GPU's address space); else None.
     host_views: tuple[torch.Tensor, ...] | None = None
+    # The CPU tensors are strided views of one chunk-major region.
+    strided_cpu: bool = False
 
     @property
     def on_cuda(self) -> bool:
@@ -211,11 +214,14 @@ class SingleDirectionOffloadingHandler(OffloadingHandler):
         """One plan per tensor; tensors with the same groups and row size
         share one."""
         layout = self._layout
-        shared: dict[tuple[tuple[int, ...] | None, int], RowCopyPlan] = {}
+        shared: dict[tuple[tuple[int, ...] | None, int, bool], RowCopyPlan] = {}
         plans: list[RowCopyPlan] = []
         for idx, groups in enumerate(layout.tensor_groups):
             row_bytes = layout.row_bytes[idx]
-            plan = shared.get((groups, row_bytes))
+            # On CUDA a strided CPU tensor (a chunk-major region) takes no
+            # direct copy: torch would stage it through pageable memory.
+            runs = not (layout.on_cuda and layout.strided_cpu)
+            plan = shared.get((groups, row_bytes, runs))
             if plan is None:
                 if groups is None:
                     src, dst = src_rows, dst_rows
@@ -224,9 +230,9 @@ class SingleDirectionOffloadingHandler(OffloadingHandler):
                     src, dst = src_rows[mask], dst_rows[mask]
                 plan = plan_row_copies(
                     src, dst, row_bytes=row_bytes,
-                    direct_min_bytes=self._direct_copy_min_bytes,
+                    direct_min_bytes=self._direct_copy_min_bytes if runs else _NEVER,
                 )
-                shared[(groups, row_bytes)] = plan
+                shared[(groups, row_bytes, runs)] = plan
             plans.append(plan)
         return plans
 
@@ -519,8 +525,21 @@ class CpuGpuOffloadingHandlers:
     pinned); ``False`` always stages. :attr:`zero_copy` says which is in
     effect.
 
+    ``cpu_region`` (a :class:`~kvoffload.impl.worker.region.CpuRegion`)
+    places the CPU tier in a caller-given buffer laid out chunk-major
+    (:class:`~kvoffload.impl.worker.region.ChunkMajorLayout`): each CPU
+    tensor is then a strided view ``[rows, page_size_bytes]`` of it at this
+    worker's column, and a chunk's bytes over every tensor and worker are
+    one contiguous row of the region, which secondary tiers read and write.
+    On CUDA with ``pin_memory`` the region is pinned in place with
+    ``cudaHostRegister`` (:meth:`release_region` undoes it) and mapped for
+    zero-copy as a whole; where registration fails it stays pageable and
+    batched rows go through staging buffers. Strided CPU tensors take no
+    direct (one-DMA) run copies on CUDA: every row is batched.
+
     Raises :class:`ConfigurationError` for malformed ``kv_caches`` (see
-    :meth:`CanonicalKVCaches.validate`) or non-positive counts.
+    :meth:`CanonicalKVCaches.validate`), non-positive counts, or a
+    ``cpu_region`` too small or laid out for other tensors or chunk size.
     """
 
     def __init__(
@@ -533,6 +552,7 @@ class CpuGpuOffloadingHandlers:
         direct_copy_min_bytes: int | None = None,
         emulate_staging: bool = False,
         zero_copy: bool | None = None,
+        cpu_region: CpuRegion | None = None,
     ) -> None:
         for name, value in (
             ("block_size_factor", block_size_factor),
@@ -552,14 +572,29 @@ class CpuGpuOffloadingHandlers:
         if device.type not in ("cuda", "cpu"):
             raise ConfigurationError(f"KV caches on {device} are not supported")
         pin = pin_memory and device.type == "cuda"
-        cpu_tensors, self.pinned = _allocate_cpu_tensors(
-            [item.page_size_bytes for item in kv_caches.tensors],
-            num_cpu_blocks * block_size_factor,
-            pin,
-        )
+        self.cpu_region = cpu_region
+        self._registered: int | None = None  # cudaHostRegister'ed address
+        region_rows: torch.Tensor | None = None
+        if cpu_region is None:
+            cpu_tensors, self.pinned = _allocate_cpu_tensors(
+                [item.page_size_bytes for item in kv_caches.tensors],
+                num_cpu_blocks * block_size_factor,
+                pin,
+            )
+        else:
+            region_rows, cpu_tensors = _region_tensors(
+                cpu_region, kv_caches, block_size_factor, num_cpu_blocks
+            )
+            self._registered = _host_register(region_rows) if pin else None
+            self.pinned = self._registered is not None
         host_views = None
         if device.type == "cuda" and zero_copy is not False:
-            host_views = _map_into_device(cpu_tensors, device) if self.pinned else None
+            if not self.pinned:
+                host_views = None
+            elif region_rows is None:
+                host_views = _map_into_device(cpu_tensors, device)
+            else:
+                host_views = _map_region_into_device(region_rows, cpu_tensors, device)
             if host_views is None and zero_copy:
                 raise ConfigurationError(
                     "zero_copy=True, but the CPU tier is not pinned or this "
@@ -589,6 +624,7 @@ class CpuGpuOffloadingHandlers:
             device=device,
             staged=device.type == "cuda" or emulate_staging,
             host_views=host_views,
+            strided_cpu=cpu_region is not None,
         )
         self.block_size_factor = block_size_factor
         self.num_cpu_blocks = num_cpu_blocks
@@ -610,13 +646,29 @@ class CpuGpuOffloadingHandlers:
 
     @property
     def cpu_tensors(self) -> tuple[torch.Tensor, ...]:
-        """The CPU tensors, one per canonical tensor, with GPU-block-sized rows."""
+        """The CPU tensors, one per canonical tensor, with GPU-block-sized
+        rows (strided views of the region with ``cpu_region``)."""
         return self._layout.cpu_tensors
 
     def cpu_block_view(self, tensor_idx: int) -> torch.Tensor:
-        """CPU tensor ``tensor_idx`` with one row per offloaded block."""
+        """CPU tensor ``tensor_idx`` with one row per offloaded block.
+        Raises :class:`ConfigurationError` with ``cpu_region`` (a tensor's
+        block is not contiguous there; the region's chunk rows are)."""
         tensor = self._layout.cpu_tensors[tensor_idx]
+        if self.cpu_region is not None:
+            raise ConfigurationError(
+                "a chunk-major CPU tier has no per-tensor block view; read the "
+                "region's chunk rows instead"
+            )
         return tensor.view(self.num_cpu_blocks, -1)
+
+    def release_region(self) -> None:
+        """Undo the CUDA registration of ``cpu_region`` (if any); call it
+        once every transfer has finished and before the region is unmapped.
+        Idempotent."""
+        if self._registered is not None:
+            _host_unregister(self._registered)
+            self._registered = None
 
     @property
     def cpu_bytes(self) -> int:
@@ -638,6 +690,100 @@ def _allocate_cpu_tensors(
             logger.warning("pinned memory unavailable; using pageable CPU memory",
                            exc_info=True)
     return [torch.empty((num_rows, width), dtype=torch.int8) for width in row_bytes], False
+
+
+_NEVER = 1 << 62
+"""A ``direct_copy_min_bytes`` no run reaches."""
+
+
+def _region_tensors(
+    region: CpuRegion, kv_caches: CanonicalKVCaches, factor: int, num_cpu_blocks: int
+) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """The region's rows as one ``[rows, row_stride]`` int8 tensor, and
+    each canonical tensor's CPU side as a strided ``[rows, w_i]`` view of
+    it at the worker's column (:class:`~kvoffload.impl.worker.region.
+    ChunkMajorLayout`)."""
+    layout = region.layout
+    widths = tuple(item.page_size_bytes for item in kv_caches.tensors)
+    if widths != layout.tensor_row_bytes or factor != layout.block_size_factor:
+        raise ConfigurationError(
+            f"the region's layout is for tensors of {layout.tensor_row_bytes} bytes per "
+            f"block and {layout.block_size_factor} blocks per chunk; these KV caches "
+            f"have {widths} and the tier {factor}"
+        )
+    num_rows = num_cpu_blocks * factor
+    needed = num_rows * layout.row_stride
+    try:
+        base = torch.frombuffer(cast(bytearray, region.buffer), dtype=torch.int8)
+    except (TypeError, ValueError) as error:
+        raise ConfigurationError(f"cpu_region's buffer is not a writable buffer: {error}") from None
+    if base.numel() < needed:
+        raise ConfigurationError(
+            f"cpu_region holds {base.numel()} bytes; {num_cpu_blocks} chunks of "
+            f"{layout.chunk_bytes} bytes need {needed}"
+        )
+    rows = base[:needed].view(num_rows, layout.row_stride)
+    tensors = [
+        rows[:, offset : offset + width]
+        for offset, width in zip(layout.column_offsets(region.rank), widths)
+    ]
+    return rows, tensors
+
+
+def _cudart() -> Any:
+    """torch's binding of the CUDA runtime (untyped in torch)."""
+    get: Callable[[], Any] = torch.cuda.cudart
+    return get()
+
+
+def _host_register(rows: torch.Tensor) -> int | None:
+    """Pin ``rows``' memory for the GPU's DMA engines with
+    ``cudaHostRegister`` (portable, mapped); the address registered, or
+    None where the runtime refuses (the tier then stays pageable: batched
+    rows go through pinned staging buffers, correct but slower)."""
+    if rows.numel() == 0:
+        return None
+    try:
+        cudart = _cudart()
+        # cudaHostRegisterPortable | cudaHostRegisterMapped
+        code = cudart.cudaHostRegister(rows.data_ptr(), rows.numel(), 0x1 | 0x2)
+    except (RuntimeError, AttributeError, TypeError):
+        logger.warning("cudaHostRegister unavailable; the CPU tier stays pageable",
+                       exc_info=True)
+        return None
+    if int(getattr(code, "value", code)) != 0:
+        logger.warning("cudaHostRegister failed (%s); the CPU tier stays pageable", code)
+        return None
+    return int(rows.data_ptr())
+
+
+def _host_unregister(address: int) -> None:
+    try:
+        code = _cudart().cudaHostUnregister(address)
+    except (RuntimeError, AttributeError, TypeError):
+        logger.warning("cudaHostUnregister failed", exc_info=True)
+        return
+    if int(getattr(code, "value", code)) != 0:
+        logger.warning("cudaHostUnregister failed (%s)", code)
+
+
+def _map_region_into_device(
+    rows: torch.Tensor, cpu_tensors: list[torch.Tensor], device: torch.device
+) -> tuple[torch.Tensor, ...] | None:
+    """The region (registered, contiguous) mapped into the GPU as a whole
+    (probed as :func:`_map_into_device` probes), then each CPU tensor as
+    the same columns of that CUDA view: strided CUDA tensors over the
+    CPU tier's memory. None where the mapping fails."""
+    mapped = _map_into_device([rows], device)
+    if mapped is None:
+        return None
+    (device_rows,) = mapped
+    base = rows.data_ptr()
+    views = []
+    for tensor in cpu_tensors:
+        offset = tensor.data_ptr() - base
+        views.append(device_rows[:, offset : offset + int(tensor.shape[1])])
+    return tuple(views)
 
 
 class _PinnedRows:

@@ -19,6 +19,7 @@ from kvoffload.spec.errors import ConfigurationError
 
 if TYPE_CHECKING:
     from kvoffload.impl.worker.cpu_gpu import CpuGpuOffloadingHandlers
+    from kvoffload.impl.worker.region import CpuRegion
 
 HandlerEntry = tuple[type[LoadStoreSpec], type[LoadStoreSpec], OffloadingHandler]
 """``(source spec type, destination spec type, handler)``."""
@@ -172,14 +173,21 @@ class CPUOffloadingSpec(OffloadingSpec):
 
     :meth:`get_manager` and :meth:`get_handlers` build their half once and
     hand the same objects out afterwards.
+
+    ``cpu_region`` places the CPU tier in a caller-given chunk-major buffer
+    (see :class:`CpuGpuOffloadingHandlers`); without it (the default) each
+    canonical tensor gets its own CPU tensor.
     """
 
-    def __init__(self, config: CPUOffloadingConfig) -> None:
+    def __init__(
+        self, config: CPUOffloadingConfig, *, cpu_region: CpuRegion | None = None
+    ) -> None:
         if not isinstance(config, CPUOffloadingConfig):
             raise ConfigurationError(
                 f"expected a CPUOffloadingConfig, got {type(config).__name__}"
             )
         self.config = config
+        self.cpu_region = cpu_region
         self.block_size_factor = config.block_size_factor
         self.num_cpu_blocks = config.cpu_block_count
         self._manager: OffloadingManager | None = None
@@ -253,5 +261,6 @@ class CPUOffloadingSpec(OffloadingSpec):
             pin_memory=self.config.pin_memory,
             direct_copy_min_bytes=self.config.direct_copy_min_bytes,
             zero_copy=self.config.zero_copy,
+            cpu_region=self.cpu_region,
         )
         return self._handlers
