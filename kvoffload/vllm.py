@@ -39,7 +39,7 @@ the lock").
 from __future__ import annotations
 
 import mmap
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
@@ -78,12 +78,17 @@ from kvoffload.impl.reuse import FilterReusedOffloadingManager
 from kvoffload.impl.specs import BlockIDsLoadStoreSpec
 from kvoffload.impl.stats import ManagerStats
 from kvoffload.spec.contract import LoadStoreSpec, ReqContext
+from kvoffload.spec.contract import LookupResult as LibraryLookupResult
 from kvoffload.spec.contract import OffloadingManager as LibraryManager
 from kvoffload.spec.errors import ConfigurationError
 from kvoffload.spec.releases import VLLM_0_33
 
 if TYPE_CHECKING:
+    from kvoffload.impl.tier_setup import TierSettings
+    from kvoffload.impl.tiered import TieredOffloadingManager
+    from kvoffload.impl.worker.region import ChunkMajorLayout
     from kvoffload.impl.worker.worker import OffloadingWorker as LibraryWorker
+    from kvoffload.spec.tier_contract import SecondaryTier
 
 __all__ = [
     "KVOffloadingManager",
@@ -99,6 +104,11 @@ BLOCK_SIZE_ALIGNMENT = mmap.PAGESIZE
 to its shared region's page size)."""
 
 _NO_REQUEST = ReqContext(req_id="")
+
+_MEDIA = {medium.value: medium for medium in Medium}
+"""vLLM's medium of an event, by the name kvoffload's event carries."""
+
+_VLLM_RESULTS = {result: LookupResult[result.name] for result in LibraryLookupResult}
 
 
 def _block_ids(spec: LoadStoreSpec) -> Any:
@@ -138,6 +148,10 @@ class KVOffloadingManager(OffloadingManager):  # type: ignore[misc]
         store_threshold: int = 1,
         max_tracker_size: int = 64_000,
         info: CPUOffloadingInfo | None = None,
+        *,
+        tiers: Sequence[SecondaryTier] = (),
+        tier_settings: TierSettings | None = None,
+        on_shutdown: Callable[[], None] | None = None,
     ) -> None:
         if isinstance(num_chunks, bool) or not isinstance(num_chunks, int) or num_chunks < 0:
             raise ConfigurationError(f"num_chunks must be an int >= 0, got {num_chunks!r}")
@@ -180,6 +194,35 @@ class KVOffloadingManager(OffloadingManager):  # type: ignore[misc]
         self._skipped_reported = 0
         self._last_vllm_context: VllmReqContext | None = None
         self._last_context = _NO_REQUEST
+        self.tiered: TieredOffloadingManager | None = None
+        self._step_tiers: list[Any] = []
+        self._on_shutdown = on_shutdown
+        self.vllm_contexts: dict[str, VllmReqContext] = {}
+        if tiers:
+            self._add_tiers(tiers, tier_settings)
+
+    def _add_tiers(
+        self, tiers: Sequence[SecondaryTier], settings: TierSettings | None
+    ) -> None:
+        """Put the tiered manager (``tiers`` behind the core) in front:
+        every call then goes to it, lookups answer HIT_PENDING while a
+        promotion runs, and :attr:`lock` is its lock."""
+        from kvoffload.impl.tier_setup import ForeignTier, TierSettings, build_tiered_manager
+
+        if self.filter is not None:
+            raise ConfigurationError("store_threshold >= 2 is not supported with secondary tiers")
+        self.tiered = build_tiered_manager(self.core, tiers, settings or TierSettings(()))
+        self.manager = self.tiered
+        self._step_tiers = [tier for tier in tiers if isinstance(tier, ForeignTier)]
+        self.lookup = self._tiered_lookup  # type: ignore[method-assign]
+
+    def _tiered_lookup(self, key: OffloadKey, req_context: VllmReqContext) -> LookupResult:
+        """``lookup`` with secondary tiers: HIT, HIT_PENDING (a promotion
+        runs or starts now, or a GPU store is in flight), RETRY (a tier
+        asked to be asked again) or MISS."""
+        if self.tiered is None:  # bound only with tiers
+            raise ConfigurationError("no secondary tiers")
+        return _VLLM_RESULTS[self.tiered.lookup_result(key, self._ours(req_context))]
 
     def _ours(self, req_context: VllmReqContext) -> ReqContext:
         """kvoffload's context for vLLM's (:func:`_context`); the last one is
@@ -194,7 +237,10 @@ class KVOffloadingManager(OffloadingManager):  # type: ignore[misc]
 
     @property
     def lock(self) -> AbstractContextManager[object]:
-        """The core's lock (one real lock guards the core and the filter)."""
+        """The core's lock (one real lock guards the core and the filter);
+        with secondary tiers, the tiered manager's."""
+        if self.tiered is not None:
+            return self.tiered.lock
         return self.core.lock
 
     # --- lookups and loads ---------------------------------------------------
@@ -250,6 +296,8 @@ class KVOffloadingManager(OffloadingManager):  # type: ignore[misc]
     # --- requests and steps ------------------------------------------------
 
     def on_new_request(self, req_context: VllmReqContext) -> RequestOffloadingContext:
+        if self.tiered is not None:  # foreign tiers are handed vLLM's context
+            self.vllm_contexts[req_context.req_id] = req_context
         self.manager.on_new_request(self._ours(req_context))
         return RequestOffloadingContext()
 
@@ -257,21 +305,35 @@ class KVOffloadingManager(OffloadingManager):  # type: ignore[misc]
         """Commits the request's uses to the replacement policy (0.33's
         request-scoped recency)."""
         self.manager.on_request_finished(self._ours(req_context))
+        self.vllm_contexts.pop(req_context.req_id, None)
 
     def on_schedule_end(self, context: ScheduleEndContext) -> None:
+        """With secondary tiers: submits the step's promotions (and
+        write-back cascades), takes every finished tier job, and passes the
+        step's end on to tiers that take it. kvoffload runs no tier-poll
+        thread: this is where tier results come in (vLLM keeps calling it
+        while :meth:`has_pending_work`)."""
         self.manager.on_schedule_end()
+        for tier in self._step_tiers:
+            tier.on_schedule_end(context)
 
     def has_pending_work(self) -> bool:
-        return False
+        """Whether a tier job is in flight or batched (never without tiers)."""
+        return self.tiered is not None and self.tiered.has_pending_work()
 
     def take_events(self) -> Iterable[VllmOffloadingEvent]:
-        """The core's events as vLLM's (``medium=Medium.CPU``). A failed
-        store emits nothing: its keys were never announced (vLLM's own
-        manager emits a ``metadata_only`` removal the engine never
-        publishes)."""
+        """The core's events as vLLM's (``medium=Medium.CPU``), then each
+        secondary tier's (its ``medium``). A failed store emits nothing: its
+        keys were never announced (vLLM's own manager emits a
+        ``metadata_only`` removal the engine never publishes)."""
         medium = self.medium
+        media = _MEDIA
         return [
-            VllmOffloadingEvent(keys=list(event.keys), medium=medium, removed=event.removed)
+            VllmOffloadingEvent(
+                keys=list(event.keys),
+                medium=media.get(event.medium, medium),
+                removed=event.removed,
+            )
             for event in self.manager.take_events()
         ]
 
@@ -322,7 +384,13 @@ class KVOffloadingManager(OffloadingManager):  # type: ignore[misc]
         return [self._config_info]
 
     def shutdown(self) -> None:
-        self.manager.shutdown()
+        """Shuts the manager down (with tiers: every tier, then the core),
+        then releases what the spec built for it (the shared region)."""
+        try:
+            self.manager.shutdown()
+        finally:
+            if self._on_shutdown is not None:
+                self._on_shutdown()
 
 
 def _library_spec(spec: Any, kind: str) -> LoadStoreSpec:
@@ -343,8 +411,11 @@ class KVOffloadingWorker(OffloadingWorker):  # type: ignore[misc]
     submission never blocks). A transfer the worker cannot run is reported
     failed by :meth:`get_finished`."""
 
-    def __init__(self, worker: LibraryWorker) -> None:
+    def __init__(
+        self, worker: LibraryWorker, on_shutdown: Callable[[], None] | None = None
+    ) -> None:
         self.worker = worker
+        self._on_shutdown = on_shutdown
 
     def submit_store(self, job_id: int, src_spec: Any, dst_spec: Any) -> bool:
         return self.worker.transfer_async(
@@ -373,7 +444,13 @@ class KVOffloadingWorker(OffloadingWorker):  # type: ignore[misc]
         self.worker.wait(job_ids)
 
     def shutdown(self) -> None:
-        self.worker.shutdown()
+        """Waits for every transfer, then releases the shared region (with
+        secondary tiers)."""
+        try:
+            self.worker.shutdown()
+        finally:
+            if self._on_shutdown is not None:
+                self._on_shutdown()
 
 
 def _round_up(value: int, multiple: int) -> int:
@@ -407,9 +484,29 @@ class KVOffloadingSpec(OffloadingSpec):  # type: ignore[misc]
     vLLM's ``CPUOffloadingSpec``; 0 chunks make a manager that refuses every
     store.
 
+    Secondary tiers, as vLLM 0.33's ``TieringOffloadingSpec`` takes them:
+    ``secondary_tiers`` (a list of tier dicts: ``type`` ``"fs"`` or
+    ``"memory"`` for kvoffload's tiers, a tier vLLM registers by name, or
+    any ``SecondaryTierManager`` class named by ``type`` and
+    ``module_path``; see :mod:`kvoffload.impl.tier_setup`), with
+    ``tier_cascade`` and ``tier_max_promotions_in_flight`` for the tiered
+    manager, and ``shared_region_dir`` (default ``/dev/shm``) for the CPU
+    tier's shared file. With tiers the CPU tier is one chunk-major region
+    (:class:`~kvoffload.impl.worker.region.ChunkMajorLayout`) in a file named
+    after ``engine_id``, mapped by the scheduler (where the tiers run) and
+    by every worker; a chunk is ``round_up(world_size * worker bytes per
+    block, page size / gcd(blocks per chunk, page size)) * blocks per
+    chunk`` bytes (the same as above unless a chunk spans several blocks
+    that do not fill whole pages). :meth:`get_manager` then returns the
+    manager over :class:`~kvoffload.impl.tiered.TieredOffloadingManager`.
+
     Raises :class:`ConfigurationError` without ``cpu_bytes_to_use``, for an
-    unknown ``eviction_policy``, and for ``cache_policy_module_path``
-    (kvoffload implements its own policies only).
+    unknown ``eviction_policy``, for ``cache_policy_module_path``
+    (kvoffload implements its own policies only), and, with tiers, for a
+    malformed tier configuration, ``store_threshold >= 2``,
+    ``canonical_layout``, a tier that serves external requests
+    (``serve_external_requests``: kvoffload gives tiers no parent manager),
+    or too few bytes for one chunk. Nothing is created then.
     """
 
     @classmethod
@@ -463,13 +560,53 @@ class KVOffloadingSpec(OffloadingSpec):  # type: ignore[misc]
             )
             self.kv_bytes_per_chunk = _round_up(kv_bytes_per_chunk, BLOCK_SIZE_ALIGNMENT)
             self.num_chunks = int(cpu_bytes_to_use) // self.kv_bytes_per_chunk
+        self.tier_settings = _tier_settings(self.extra_config)
+        self.region_layout: ChunkMajorLayout | None = None
+        if self.tier_settings is not None:
+            self._size_shared_region(config, int(cpu_bytes_to_use))
         self.cpu_info = CPUOffloadingInfo.from_config(
             config, self.num_chunks, self.kv_bytes_per_chunk
         )
         self._manager: KVOffloadingManager | None = None
         self._worker: KVOffloadingWorker | None = None
 
+    def _size_shared_region(self, config: OffloadingConfig, cpu_bytes_to_use: int) -> None:
+        """With tiers: the checks that need the whole configuration, and the
+        chunk-major region's layout and size."""
+        from kvoffload.impl.worker.region import DEFAULT_DIRECTORY, ChunkMajorLayout
+
+        if self.store_threshold >= 2:
+            raise ConfigurationError(
+                "store_threshold >= 2 is not supported with secondary_tiers "
+                "(as in vLLM's TieringOffloadingSpec)"
+            )
+        if config.canonical_layout:
+            raise ConfigurationError(
+                "canonical_layout is not supported with kvoffload's secondary tiers: "
+                "they hold each worker's bytes as its KV caches lay them out"
+            )
+        world_size = config.parallel.world_size
+        if config.worker_kv_bytes_per_block <= 0 or world_size <= 0:
+            raise ConfigurationError("secondary_tiers need KV bytes per block and workers")
+        self.region_layout = ChunkMajorLayout(
+            (config.worker_kv_bytes_per_block,),
+            self.blocks_per_chunk,
+            world_size,
+            BLOCK_SIZE_ALIGNMENT,
+        )
+        self.kv_bytes_per_chunk = self.region_layout.chunk_bytes
+        self.num_chunks = cpu_bytes_to_use // self.kv_bytes_per_chunk
+        if self.num_chunks == 0:
+            raise ConfigurationError(
+                f"cpu_bytes_to_use {cpu_bytes_to_use} holds no chunk of "
+                f"{self.kv_bytes_per_chunk} bytes; secondary tiers need at least one"
+            )
+        self.region_directory = str(self.extra_config.get("shared_region_dir", DEFAULT_DIRECTORY))
+        self.region_name = region_name_of(config.engine_id)
+
     def get_manager(self) -> KVOffloadingManager:
+        if self._manager is None and self.tier_settings is not None:
+            self._manager = self._tiered_manager(self.tier_settings)
         if self._manager is None:
             self._manager = KVOffloadingManager(
                 num_chunks=self.num_chunks,
@@ -501,6 +638,9 @@ class KVOffloadingSpec(OffloadingSpec):  # type: ignore[misc]
                     for group in kv_caches.group_data_refs
                 ],
             )
+            if self.region_layout is not None:
+                self._worker = self._region_worker(caches)
+                return self._worker
             if self.num_chunks == 0:
                 worker = LibraryWorker()  # no tier: every transfer is reported failed
             else:
@@ -514,3 +654,163 @@ class KVOffloadingSpec(OffloadingSpec):  # type: ignore[misc]
                 worker = library_spec.build_worker(caches)
             self._worker = KVOffloadingWorker(worker)
         return self._worker
+
+    # --- secondary tiers ----------------------------------------------------
+
+    def _tiered_manager(self, settings: TierSettings) -> KVOffloadingManager:
+        """The scheduler's side with tiers: map (or create) the shared
+        region, build the tiers over its chunk rows, and the manager over
+        them; on any failure everything built is released."""
+        from kvoffload.impl.tier_setup import ForeignTier, open_tiers
+
+        region, tiers = open_tiers(
+            settings,
+            self._layout(),
+            self.num_chunks,
+            self.region_name,
+            directory=self.region_directory,
+            enable_events=self.kv_events_config.enable_kv_cache_events,
+            medium_of={"fs": Medium.STORAGE.value, "memory": Medium.CPU.value},
+            offloading_spec=self,
+            make_job=self._vllm_job,
+            context_of=self._vllm_context,
+        )
+        try:
+            for index, tier in enumerate(tiers):
+                medium = getattr(tier, "medium", None)
+                if not isinstance(tier, ForeignTier) and medium not in _MEDIA:
+                    raise ConfigurationError(
+                        f"secondary_tiers[{index}]: medium {medium!r} is not one of "
+                        f"vLLM's {sorted(_MEDIA)}"
+                    )
+            return KVOffloadingManager(
+                num_chunks=self.num_chunks,
+                cache_policy=self.eviction_policy,
+                enable_events=self.kv_events_config.enable_kv_cache_events,
+                info=self.cpu_info,
+                tiers=tiers,
+                tier_settings=settings,
+                on_shutdown=region.cleanup,
+            )
+        except BaseException:
+            for tier in reversed(tiers):
+                try:
+                    tier.shutdown()
+                except Exception:  # noqa: BLE001 - the first error is the one raised
+                    pass
+            region.cleanup()
+            raise
+
+    def _layout(self) -> ChunkMajorLayout:
+        if self.region_layout is None:
+            raise ConfigurationError("no secondary tiers: the CPU tier is not a shared region")
+        return self.region_layout
+
+    def _vllm_context(self, ours: ReqContext) -> VllmReqContext:
+        """vLLM's context of a request, for a foreign tier: the one the
+        scheduler passed (between on_new_request and on_request_finished),
+        else a fresh one with the same id and parameters."""
+        manager = self._manager
+        known = None if manager is None else manager.vllm_contexts.get(ours.req_id)
+        if known is not None:
+            return known
+        params = None if ours.kv_transfer_params is None else dict(ours.kv_transfer_params)
+        return VllmReqContext(req_id=ours.req_id, kv_transfer_params=params)
+
+    def _vllm_job(self, job: Any) -> Any:
+        """vLLM's ``TransferJob`` for a foreign tier."""
+        import numpy as np
+        from vllm.v1.kv_offload.tiering.base import TransferJob
+
+        return TransferJob(
+            job_id=job.job_id,
+            keys=list(job.keys),
+            chunk_ids=np.asarray(job.chunk_ids, dtype=np.int64),
+            is_promotion=job.is_promotion,
+            req_context=self._vllm_context(getattr(job, "req_context", _NO_REQUEST)),
+        )
+
+    def _region_worker(self, caches: Any) -> KVOffloadingWorker:
+        """A worker whose CPU tier is this rank's columns of the shared
+        region (mapped here, created if the scheduler has not yet)."""
+        from kvoffload.impl.worker.region import ChunkMajorLayout, CpuRegion, SharedRegion
+        from kvoffload.impl.worker.spec import CPUOffloadingConfig, CPUOffloadingSpec
+
+        layout = ChunkMajorLayout(
+            tuple(t.page_size_bytes for t in caches.tensors),
+            self.blocks_per_chunk,
+            self.config.parallel.world_size,
+            BLOCK_SIZE_ALIGNMENT,
+        )
+        if layout.chunk_bytes != self.kv_bytes_per_chunk:
+            raise ConfigurationError(
+                f"these KV caches take {layout.worker_row_bytes} bytes per block; "
+                f"the configuration says {self._layout().worker_row_bytes}"
+            )
+        region = SharedRegion(
+            self.region_name,
+            layout.region_bytes(self.num_chunks),
+            create=None,
+            directory=self.region_directory,
+        )
+        try:
+            library_spec = CPUOffloadingSpec(
+                CPUOffloadingConfig(
+                    1, offloaded_block_size=self.blocks_per_chunk, num_cpu_blocks=self.num_chunks
+                ),
+                cpu_region=CpuRegion(region.buffer, layout, self.config.parallel.rank),
+            )
+            worker = library_spec.build_worker(caches)
+            handlers = library_spec.build_handlers(caches)
+        except BaseException:
+            region.cleanup()
+            raise
+
+        def release() -> None:
+            handlers.release_region()
+            region.cleanup()
+
+        return KVOffloadingWorker(worker, on_shutdown=release)
+
+
+def region_name_of(engine_id: str) -> str:
+    """The shared region's file name for ``engine_id``."""
+    from kvoffload.impl.worker.region import region_name
+
+    return region_name(engine_id)
+
+
+def _tier_settings(extra_config: Any) -> TierSettings | None:
+    """``extra_config``'s tiers, checked (:func:`~kvoffload.impl.tier_setup.
+    tier_settings`), vLLM's registered tier names resolved through vLLM's
+    ``SecondaryTierFactory``; a tier that serves external requests is
+    refused."""
+    from kvoffload.impl.tier_setup import tier_settings
+
+    settings = tier_settings(extra_config, resolve=_vllm_tier_class)
+    if settings is None:
+        return None
+    from vllm.v1.kv_offload.tiering.base import SecondaryTierManager
+
+    base = SecondaryTierManager.serve_external_requests
+    for index, (tier_type, factory, _) in enumerate(settings.tiers):
+        serves = getattr(factory, "serve_external_requests", base)
+        if isinstance(factory, type) and serves is not base:
+            raise ConfigurationError(
+                f"secondary_tiers[{index}] ({tier_type!r}) serves external requests, "
+                "which needs vLLM's tiering manager as its parent; kvoffload's does "
+                "not provide one"
+            )
+    return settings
+
+
+def _vllm_tier_class(tier_type: str) -> Any:
+    """The class vLLM registers under ``tier_type``, or None."""
+    from vllm.v1.kv_offload.tiering.factory import SecondaryTierFactory
+
+    if tier_type not in SecondaryTierFactory._registry:
+        return None
+    try:
+        return SecondaryTierFactory.get_tier_class({"type": tier_type})
+    except (ImportError, AttributeError) as error:
+        raise ConfigurationError(f"vLLM's {tier_type!r} tier does not load: {error}") from None

@@ -170,10 +170,13 @@ def test_a_shared_region_is_mapped_by_name_and_removed_by_its_creator(tmp_path: 
     with pytest.raises(ConfigurationError, match="exists"):
         SharedRegion(name, size, create=True, directory=tmp_path)
     with pytest.raises(ConfigurationError, match="bytes"):
-        SharedRegion(name, size * 2, create=False, directory=tmp_path)
+        SharedRegion(name, size * 2, create=False, directory=tmp_path, timeout_s=0.05)
+    with pytest.raises(ConfigurationError, match="bytes"):
+        SharedRegion(name, size // 2, create=None, directory=tmp_path)
     with pytest.raises(ConfigurationError, match="does not exist"):
         SharedRegion("other.mmap", size, create=False, directory=tmp_path)
-    worker = SharedRegion(name, size, create=False, directory=tmp_path)
+    worker = SharedRegion(name, size, create=None, directory=tmp_path)
+    assert scheduler.creator and not worker.creator
     # a worker's write is what the scheduler's chunk rows show
     worker.buffer[mmap.PAGESIZE : mmap.PAGESIZE + 3] = b"abc"
     rows = scheduler.chunk_view(mmap.PAGESIZE)

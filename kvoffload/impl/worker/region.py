@@ -34,6 +34,7 @@ import math
 import mmap
 import os
 import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -130,17 +131,20 @@ def region_name(engine_id: str) -> str:
 class SharedRegion:
     """A file of ``size_bytes`` bytes mapped shared into this process.
 
-    ``create=True`` (the scheduler) makes the file, which must not exist
-    yet; ``create=False`` (a worker) maps an existing one, which must have
-    exactly ``size_bytes`` bytes. Both see the same memory: a worker's
-    stores are what the scheduler's tiers read. The creator's
-    :meth:`cleanup` removes the file; every mapper's unmaps it (or leaves
-    the mapping to the garbage collector while views of it are alive: the
-    memory goes when the last one does).
+    ``create=True`` makes the file, which must not exist yet;
+    ``create=False`` maps an existing one, waiting up to ``timeout_s`` for
+    its creator to size it; ``create=None`` (what an engine's processes
+    use, since a worker may come up before the scheduler) creates it when
+    absent and maps it otherwise. All see the same memory: a worker's
+    stores are what the scheduler's tiers read. Whoever created the file
+    removes it in :meth:`cleanup` (mappings made before stay valid); every
+    mapper's :meth:`cleanup` unmaps it (or leaves that to the garbage
+    collector while views of it are alive).
 
     Raises :class:`ConfigurationError` for a size that is not a positive
-    int, a file that exists (``create=True``), or one that is missing or of
-    another size (``create=False``); nothing is left behind then.
+    int, a file that exists (``create=True``), or one that is missing or
+    does not reach ``size_bytes`` in time (``create=False``), or has more;
+    nothing is left behind then.
     """
 
     def __init__(
@@ -148,8 +152,9 @@ class SharedRegion:
         name: str,
         size_bytes: int,
         *,
-        create: bool,
+        create: bool | None,
         directory: str | os.PathLike[str] = DEFAULT_DIRECTORY,
+        timeout_s: float = 30.0,
     ) -> None:
         if isinstance(size_bytes, bool) or not isinstance(size_bytes, int) or size_bytes <= 0:
             raise ConfigurationError(f"size_bytes must be a positive int, got {size_bytes!r}")
@@ -157,36 +162,51 @@ class SharedRegion:
             raise ConfigurationError(f"a region name is a plain file name, got {name!r}")
         self.path = Path(directory) / name
         self.size_bytes = size_bytes
-        self.creator = create
         self._closed = False
-        flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
+        fd, self.creator = self._open(create)
         try:
-            fd = os.open(self.path, flags, 0o600)
-        except FileExistsError:
-            raise ConfigurationError(
-                f"shared region {self.path} exists (another engine with this id, "
-                "or one that did not clean up)"
-            ) from None
-        except FileNotFoundError:
-            raise ConfigurationError(
-                f"shared region {self.path} does not exist (the scheduler creates it)"
-            ) from None
-        try:
-            if create:
+            if self.creator:
                 os.ftruncate(fd, size_bytes)
-            elif os.fstat(fd).st_size != size_bytes:
-                raise ConfigurationError(
-                    f"shared region {self.path} has {os.fstat(fd).st_size} bytes, "
-                    f"expected {size_bytes}"
-                )
+            else:
+                self._wait_for_size(fd, timeout_s)
             self._mmap = mmap.mmap(fd, size_bytes, flags=mmap.MAP_SHARED)
         except BaseException:
             os.close(fd)
-            if create:
+            if self.creator:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(self.path)
             raise
         os.close(fd)  # the mapping keeps the memory
+
+    def _open(self, create: bool | None) -> tuple[int, bool]:
+        """The file's descriptor, and whether this call created it."""
+        if create is not False:
+            try:
+                return os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600), True
+            except FileExistsError:
+                if create:
+                    raise ConfigurationError(
+                        f"shared region {self.path} exists (another engine with this "
+                        "id, or one that did not clean up)"
+                    ) from None
+        try:
+            return os.open(self.path, os.O_RDWR), False
+        except FileNotFoundError:
+            raise ConfigurationError(
+                f"shared region {self.path} does not exist (the scheduler creates it)"
+            ) from None
+
+    def _wait_for_size(self, fd: int, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            size = os.fstat(fd).st_size
+            if size == self.size_bytes:
+                return
+            if size > self.size_bytes or time.monotonic() >= deadline:
+                raise ConfigurationError(
+                    f"shared region {self.path} has {size} bytes, expected {self.size_bytes}"
+                )
+            time.sleep(0.005)
 
     @property
     def buffer(self) -> mmap.mmap:
