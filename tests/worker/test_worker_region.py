@@ -216,3 +216,17 @@ def test_handlers_over_a_shared_region_write_what_another_mapping_reads(
     worker.cleanup()
     scheduler.cleanup()
     assert not (tmp_path / "r.mmap").exists()
+
+
+def test_whichever_side_comes_first_creates_the_region(tmp_path: Path) -> None:
+    # in vLLM the workers build their side before the scheduler exists
+    size = mmap.PAGESIZE
+    worker = SharedRegion("e.mmap", size, create=None, directory=tmp_path)
+    scheduler = SharedRegion("e.mmap", size, create=None, directory=tmp_path)
+    assert worker.creator and not scheduler.creator
+    scheduler.buffer[:2] = b"hi"
+    assert worker.buffer[:2] == b"hi"
+    scheduler.cleanup()
+    assert (tmp_path / "e.mmap").exists()
+    worker.cleanup()
+    assert not (tmp_path / "e.mmap").exists()

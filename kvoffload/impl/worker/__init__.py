@@ -19,6 +19,7 @@ from kvoffload.impl.worker.canonical import (
     CanonicalKVCaches,
     CanonicalKVCacheTensor,
 )
+from kvoffload.impl.worker.region import ChunkMajorLayout, CpuRegion, SharedRegion
 from kvoffload.impl.worker.spec import (
     CPUOffloadingConfig,
     CPUOffloadingSpec,
@@ -44,11 +45,14 @@ __all__ = [
     "CanonicalKVCacheRef",
     "CanonicalKVCacheTensor",
     "CanonicalKVCaches",
+    "ChunkMajorLayout",
     "CpuGpuOffloadingHandlers",
+    "CpuRegion",
     "HandlerEntry",
     "OffloadingHandler",
     "OffloadingSpec",
     "OffloadingWorker",
+    "SharedRegion",
     "SingleDirectionOffloadingHandler",
     "TransferResult",
     "TransferSpec",
