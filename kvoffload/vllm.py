@@ -109,6 +109,10 @@ _MEDIA = {medium.value: medium for medium in Medium}
 """vLLM's medium of an event, by the name kvoffload's event carries."""
 
 _VLLM_RESULTS = {result: LookupResult[result.name] for result in LibraryLookupResult}
+"""vLLM's lookup answer for kvoffload's."""
+
+_TIER_MEDIA = {"fs": Medium.STORAGE.value, "memory": Medium.CPU.value}
+"""The ``medium`` of kvoffload's tier types unless a tier's config names one."""
 
 
 def _block_ids(spec: LoadStoreSpec) -> Any:
@@ -661,7 +665,7 @@ class KVOffloadingSpec(OffloadingSpec):  # type: ignore[misc]
         """The scheduler's side with tiers: map (or create) the shared
         region, build the tiers over its chunk rows, and the manager over
         them; on any failure everything built is released."""
-        from kvoffload.impl.tier_setup import ForeignTier, open_tiers
+        from kvoffload.impl.tier_setup import open_tiers
 
         region, tiers = open_tiers(
             settings,
@@ -670,19 +674,12 @@ class KVOffloadingSpec(OffloadingSpec):  # type: ignore[misc]
             self.region_name,
             directory=self.region_directory,
             enable_events=self.kv_events_config.enable_kv_cache_events,
-            medium_of={"fs": Medium.STORAGE.value, "memory": Medium.CPU.value},
+            medium_of=_TIER_MEDIA,
             offloading_spec=self,
             make_job=self._vllm_job,
             context_of=self._vllm_context,
         )
         try:
-            for index, tier in enumerate(tiers):
-                medium = getattr(tier, "medium", None)
-                if not isinstance(tier, ForeignTier) and medium not in _MEDIA:
-                    raise ConfigurationError(
-                        f"secondary_tiers[{index}]: medium {medium!r} is not one of "
-                        f"vLLM's {sorted(_MEDIA)}"
-                    )
             return KVOffloadingManager(
                 num_chunks=self.num_chunks,
                 cache_policy=self.eviction_policy,
@@ -793,7 +790,13 @@ def _tier_settings(extra_config: Any) -> TierSettings | None:
     from vllm.v1.kv_offload.tiering.base import SecondaryTierManager
 
     base = SecondaryTierManager.serve_external_requests
-    for index, (tier_type, factory, _) in enumerate(settings.tiers):
+    for index, (tier_type, factory, params) in enumerate(settings.tiers):
+        medium = params.get("medium", _TIER_MEDIA.get(tier_type))
+        if factory is None and medium not in _MEDIA:
+            raise ConfigurationError(
+                f"secondary_tiers[{index}] ({tier_type!r}): medium {medium!r} is not "
+                f"one of vLLM's {sorted(_MEDIA)}"
+            )
         serves = getattr(factory, "serve_external_requests", base)
         if isinstance(factory, type) and serves is not base:
             raise ConfigurationError(
