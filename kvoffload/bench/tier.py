@@ -54,7 +54,7 @@ import attrs
 import numpy as np
 import numpy.typing as npt
 
-from kvoffload.impl.fs_tier import FileSystemTier, default_num_threads
+from kvoffload.impl.fs_tier import CRC32_SOURCE, FileSystemTier, default_num_threads
 from kvoffload.spec.keys import OffloadKey, make_offload_key
 from kvoffload.spec.tier_contract import TierJob
 
@@ -596,7 +596,7 @@ def run(args: argparse.Namespace) -> int:
         f"{format_size(total)} per case, median of {repeats}; {job_chunks} chunks per job; "
         f"kvoffload: {threads} threads, "
         + ("O_DIRECT" if result.kvoffload_direct else "buffered (no O_DIRECT here)")
-        + (", no checksum" if args.no_checksum else ", CRC-32 checked")
+        + (", no checksum" if args.no_checksum else f", CRC-32 ({CRC32_SOURCE}) checked")
     )
     if vllm is not None:
         conditions += (

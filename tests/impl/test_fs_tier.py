@@ -865,3 +865,120 @@ def test_with_or_without_recycling_a_full_tier_round_trips(
     load(tier, 9, [key(2), key(3)], [2, 3])
     assert finished(tier) == {9: TierJobResult(9, True)}
     assert np.array_equal(primary[2:4], np.stack([pattern(2), pattern(3)]))
+
+
+# --- how the checksum is computed and where files go ---------------------------
+
+
+@pytest.mark.skipif(fs_tier._FAST_CRC32 is None, reason="the system has no libdeflate")
+def test_libdeflate_computes_zlibs_crc32() -> None:
+    """The file names written with one library must check with the other."""
+    import zlib
+
+    crc32_at = fs_tier._FAST_CRC32
+    assert crc32_at is not None and fs_tier.CRC32_SOURCE == "libdeflate"
+    rng = np.random.default_rng(7)
+    for size in (0, 1, 15, 4096, 65537, 1 << 20):
+        data = aligned_primary(1, max(size, 1))
+        data[0] = rng.integers(0, 256, max(size, 1), dtype=np.uint8)
+        address = data.ctypes.data
+        assert crc32_at(0, address, size) == zlib.crc32(data.data.cast("B")[:size])
+        half = size // 2
+        assert crc32_at(crc32_at(0, address, half), address + half, size - half) == zlib.crc32(
+            data.data.cast("B")[:size]
+        )
+
+
+@pytest.mark.parametrize("writer_fast", [True, False])
+def test_chunks_check_whichever_library_wrote_them(
+    tmp_path: Path, primary: Primary, monkeypatch: pytest.MonkeyPatch, writer_fast: bool
+) -> None:
+    """A tier computing the CRC-32 with zlib reads what a libdeflate one
+    wrote and the reverse, and both catch a flipped byte."""
+    if fs_tier._FAST_CRC32 is None:
+        pytest.skip("the system has no libdeflate")
+    fast = fs_tier._FAST_CRC32
+
+    def open_tier(use_fast: bool) -> FileSystemTier:
+        monkeypatch.setattr(fs_tier, "_FAST_CRC32", fast if use_fast else None)
+        monkeypatch.setattr(fs_tier, "CRC32_SOURCE", "libdeflate" if use_fast else "zlib")
+        return FileSystemTier(tmp_path / "tier", 8, primary.data)
+
+    writer = open_tier(writer_fast)
+    assert writer.crc32_source == ("libdeflate" if writer_fast else "zlib")
+    for i in range(3):
+        fill(primary, i, i)
+    store(writer, 1, [key(0), key(1), key(2)], [0, 1, 2])
+    assert finished(writer) == {1: TierJobResult(1, True)}
+    writer.shutdown()
+    reader = open_tier(not writer_fast)
+    try:
+        path = reader.path_of(key(1))
+        assert path is not None
+        data = bytearray(path.read_bytes())
+        data[3] ^= 0x10
+        path.write_bytes(data)
+        primary[:] = 0
+        load(reader, 2, [key(0), key(1), key(2)], [5, 6, 7])
+        assert finished(reader) == {2: TierJobResult(2, False, frozenset({key(0), key(2)}))}
+        assert np.array_equal(primary[5], pattern(0))
+        assert np.array_equal(primary[7], pattern(2))
+    finally:
+        reader.shutdown()
+
+
+def _directory_flags(path: Path) -> int | None:
+    """The inode flags of a folder (``lsattr``), None where unsupported."""
+    import array
+    import fcntl
+
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        flags = array.array("i", [0])
+        fcntl.ioctl(fd, 0x80086601, flags, True)  # FS_IOC_GETFLAGS
+        return flags[0]
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+TOPDIR = 0x00020000  # FS_TOPDIR_FL, chattr +T
+
+
+@pytest.mark.skipif(not os.uname().sysname == "Linux", reason="Linux inode flags")
+def test_the_chunks_folder_spreads_its_shards(
+    make_tier: Callable[..., FileSystemTier], tmp_path: Path, primary: Primary
+) -> None:
+    """Where the file system takes ``chattr +T``, ``chunks/`` has it, so
+    shard folders (made with their first chunk) go to block groups with
+    room; elsewhere the tier says it does not and works the same."""
+    tier = make_tier()
+    flags = _directory_flags(tmp_path / "tier" / fs_tier.CHUNK_DIR)
+    assert tier.spreads_shards is (flags is not None and bool(flags & TOPDIR))
+    if not tier.spreads_shards:
+        pytest.skip("this file system has no top-directory attribute")
+    fill(primary, 0, 3)
+    store(tier, 1, [key(1)], [0])
+    assert finished(tier) == {1: TierJobResult(1, True)}
+    tier.shutdown()
+    assert make_tier().spreads_shards, "a reopened tier keeps the attribute"
+
+
+def test_a_file_system_without_the_attribute_changes_nothing(
+    make_tier: Callable[..., FileSystemTier], primary: Primary, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import fcntl
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise OSError(25, "Inappropriate ioctl for device")
+
+    monkeypatch.setattr(fcntl, "ioctl", refuse)
+    tier = make_tier()
+    assert tier.spreads_shards is False
+    fill(primary, 0, 4)
+    store(tier, 1, [key(1)], [0])
+    assert finished(tier) == {1: TierJobResult(1, True)}
+    load(tier, 2, [key(1)], [1])
+    assert finished(tier) == {2: TierJobResult(2, True)}
+    assert np.array_equal(primary[1], pattern(4))
