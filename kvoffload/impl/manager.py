@@ -157,14 +157,15 @@ class RequestUse:
         seen, and reused unless this request stored them."""
         flags = self.flags
         for key in keys:
-            flag = flags.get(key, 0)
+            # one operation for a key new to the record or already counted
+            flag = flags.setdefault(key, USE_REUSED)
             if not flag & (USE_INSERTED | USE_REUSED):
                 flags[key] = flag | USE_REUSED
 
     def reuse_one(self, key: OffloadKey) -> None:
         """:meth:`reuse` of one key."""
         flags = self.flags
-        flag = flags.get(key, 0)
+        flag = flags.setdefault(key, USE_REUSED)
         if not flag & (USE_INSERTED | USE_REUSED):
             flags[key] = flag | USE_REUSED
 
@@ -172,7 +173,10 @@ class RequestUse:
         """``key`` was offered untracked: seen; whether that is its first
         store miss in this request (the policy must then see it)."""
         flags = self.flags
-        flag = flags.get(key, 0)
+        size = len(flags)
+        flag = flags.setdefault(key, USE_STORE_MISSED)
+        if len(flags) > size:  # new to the record
+            return True
         if flag & USE_STORE_MISSED:
             return False
         flags[key] = flag | USE_STORE_MISSED
@@ -299,16 +303,17 @@ class OffloadingManagerCore(OffloadingManager):
         listed = keys_of(keys, req_context)
         tracked = self._blocks
         loaded: list[BlockStatus] = []
+        pinned = 0
         for key in listed:
             block = tracked.get(key)
             if block is None or block.ref_cnt < 0:
+                for taken in loaded:  # change nothing: undo the pins so far
+                    taken.ref_cnt -= 1
                 self._raise_illegal(listed, Call.PREPARE_LOAD)
-            loaded.append(block)
-        pinned = 0
-        for block in loaded:
             block.ref_cnt += 1
             if block.ref_cnt == 1:
                 pinned += 1
+            loaded.append(block)
         self._num_loading += pinned
         if self.request_scoped:
             self._use_of(req_context).reuse(listed)
@@ -417,7 +422,12 @@ class OffloadingManagerCore(OffloadingManager):
                 deque(map(backend.free, evicted_blocks), maxlen=0)
             evicted = tuple(evicted_keys)
             self._blocks_evicted += len(evicted)
-            self._readable.difference_update(evicted_keys)
+            if _COMPILED:  # a native loop, no method call
+                readable = self._readable
+                for key in evicted_keys:
+                    readable.discard(key)
+            else:
+                self._readable.difference_update(evicted_keys)
             if self.events is not None:
                 self.events.append(
                     OffloadingEvent(evicted, self.block_size, self.medium, True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections import OrderedDict, deque
 from collections.abc import Collection, Iterator, Sequence
-from itertools import repeat
+from itertools import islice
 from typing import Final
 
 from mypy_extensions import mypyc_attr
@@ -281,10 +281,13 @@ class ARCCachePolicy(CachePolicy):
     ) -> None:
         self.blocks.update(zip(keys, blocks))
         self.t1.add_many(keys, blocks)
-        for ghost in (self.b1, self.b2):
-            if ghost:
-                for key in ghost.keys() & keys:
-                    del ghost[key]
+        b1, b2 = self.b1, self.b2
+        if b1 or b2:
+            for key in keys:  # membership tests; a ghost is rare
+                if key in b1:
+                    del b1[key]
+                if key in b2:
+                    del b2[key]
 
     def remove(self, key: OffloadKey) -> None:
         del self.blocks[key]
@@ -439,18 +442,23 @@ class ARCCachePolicy(CachePolicy):
             keys = keys1[:first] + keys2 + keys1[first:]
             blocks = blocks1[:first] + blocks2 + blocks1[first:]
         _drop_keys(self.blocks, keys)
-        if keys1:
-            self.b1.update(zip(keys1, repeat(None)))
-        if keys2:
-            self.b2.update(zip(keys2, repeat(None)))
+        b1, b2 = self.b1, self.b2
+        for key in keys1:
+            b1[key] = None
+        for key in keys2:
+            b2[key] = None
         self._trim_ghosts()
         return EvictedBlocks(keys, blocks)
 
     def _trim_ghosts(self) -> None:
         """Forget the oldest ghosts beyond the capacity, in each list."""
+        capacity = self.cache_capacity
         for ghost in (self.b1, self.b2):
-            for _ in range(len(ghost) - self.cache_capacity):
-                ghost.popitem(last=False)
+            excess = len(ghost) - capacity
+            if excess > 0:
+                # the oldest first; one pass, then one deletion each
+                for key in list(islice(ghost, excess)):
+                    del ghost[key]
 
     def clear(self) -> None:
         self.blocks.clear()
