@@ -168,14 +168,13 @@ class RecencyQueue(Generic[K]):
             return None
         keys: list[K] = []
         blocks: list[BlockStatus] = []
-        add_key, add_block = keys.append, blocks.append
         # one walk over the items: an ordered dict finds each node by key,
         # so keys and values walked apart would cost a third more lookups
         for key, block in islice(order.items(), n):
             if block.ref_cnt != 0:
                 return None
-            add_key(key)
-            add_block(block)
+            keys.append(key)  # compiled, a list primitive (a bound append is a call)
+            blocks.append(block)
         if len(protected) > 0 and any(map(protected.__contains__, keys)):
             return None
         return keys, blocks
