@@ -115,11 +115,13 @@ _TIER_MEDIA = {"fs": Medium.STORAGE.value, "memory": Medium.CPU.value}
 """The ``medium`` of kvoffload's tier types unless a tier's config names one."""
 
 
-def _block_ids(spec: LoadStoreSpec) -> Any:
-    """The chunk ids of a spec the core built (a ``CPULoadStoreSpec``)."""
+def _block_ids(spec: LoadStoreSpec) -> list[int]:
+    """The chunk ids of a spec the core built (a ``CPULoadStoreSpec``), as
+    the list vLLM's spec makes its own array from (the core's spec then
+    builds none)."""
     if not isinstance(spec, BlockIDsLoadStoreSpec):
         raise TypeError(f"the core built a {type(spec).__name__}, not a block-id spec")
-    return spec.block_ids
+    return spec.id_list()
 
 
 def _context(req_context: VllmReqContext) -> ReqContext:

@@ -13,7 +13,7 @@ from collections.abc import Collection, Iterable
 from contextlib import AbstractContextManager
 from itertools import takewhile
 from operator import itemgetter
-from typing import Any, cast, final
+from typing import Any, NoReturn, cast, final
 
 from mypy_extensions import mypyc_attr
 
@@ -22,6 +22,9 @@ from kvoffload.impl.block import BlockStatus
 from kvoffload.impl.build import BoolArg, IntArg, KeyArg, StrArg
 from kvoffload.impl.lock import ManagerLock
 from kvoffload.impl.policies import (
+    USE_INSERTED,
+    USE_REUSED,
+    USE_STORE_MISSED,
     CachePolicy,
     LRUCachePolicy,
     make_cache_policy,
@@ -133,39 +136,70 @@ _GROUP_OF = itemgetter(slice(-GROUP_IDX_BYTES, None))
 """A key's group-index bytes: big-endian, so they sort as the index does."""
 
 
+@final
 class RequestUse:
     """What one open request used, kept under request-scoped recency until
-    it finishes (the model's ``RequestRecord``): the keys it loaded or
-    offered (``used``, first use first), those it stored (``inserted``),
-    the stored keys it used again (``reused``) and the keys whose store
-    misses the policy has seen (``store_missed``)."""
+    it finishes (the model's ``RequestRecord``), in one dict: each key the
+    request loaded or offered (first use first, the record's ``seen``) and
+    its flags: :data:`USE_INSERTED` (it stored the key), :data:`USE_REUSED`
+    (it used the stored key again without having stored it) and
+    :data:`USE_STORE_MISSED` (the policy has seen its store miss). Every key
+    recorded has at least one flag set. One dict operation or two per key
+    and call, where a dict and three sets cost up to five."""
 
-    __slots__ = ("inserted", "reused", "store_missed", "used")
+    __slots__ = ("flags",)
 
     def __init__(self) -> None:
-        self.used: dict[OffloadKey, None] = {}  # insertion order: first use first
-        self.inserted: set[OffloadKey] = set()
-        self.reused: set[OffloadKey] = set()
-        self.store_missed: set[OffloadKey] = set()
+        self.flags: dict[OffloadKey, int] = {}  # insertion order: first use first
 
-    def see(self, keys: Iterable[OffloadKey]) -> None:
-        self.used.update(dict.fromkeys(keys))  # a key seen before keeps its place
+    def reuse(self, keys: list[OffloadKey]) -> None:
+        """``keys`` were used stored (loaded, or offered while readable):
+        seen, and reused unless this request stored them."""
+        flags = self.flags
+        for key in keys:
+            # one operation for a key new to the record or already counted
+            flag = flags.setdefault(key, USE_REUSED)
+            if not flag & (USE_INSERTED | USE_REUSED):
+                flags[key] = flag | USE_REUSED
 
-    def reuse(self, keys: Iterable[OffloadKey]) -> None:
-        if self.inserted:
-            self.reused.update(set(keys).difference(self.inserted))
-        else:
-            self.reused.update(keys)
+    def reuse_one(self, key: OffloadKey) -> None:
+        """:meth:`reuse` of one key."""
+        flags = self.flags
+        flag = flags.setdefault(key, USE_REUSED)
+        if not flag & (USE_INSERTED | USE_REUSED):
+            flags[key] = flag | USE_REUSED
 
-    def commit_order(self) -> list[OffloadKey]:
-        """The keys used, KV group by KV group, first use first."""
-        used = list(self.used)
+    def miss(self, key: OffloadKey) -> bool:
+        """``key`` was offered untracked: seen; whether that is its first
+        store miss in this request (the policy must then see it)."""
+        flags = self.flags
+        size = len(flags)
+        flag = flags.setdefault(key, USE_STORE_MISSED)
+        if len(flags) > size:  # new to the record
+            return True
+        if flag & USE_STORE_MISSED:
+            return False
+        flags[key] = flag | USE_STORE_MISSED
+        return True
+
+    def insert(self, keys: list[OffloadKey]) -> None:
+        """``keys`` (recorded already, as store misses) were stored."""
+        flags = self.flags
+        for key in keys:
+            flags[key] = flags[key] | USE_INSERTED
+
+    def commit_order(self) -> tuple[list[OffloadKey], list[int]]:
+        """The keys used, KV group by KV group, first use first, and their
+        flags (what :meth:`CachePolicy.commit_request` takes)."""
+        flags = self.flags
+        used = list(flags)
         if used:
             group = used[0][-GROUP_IDX_BYTES:]
             for key in used:
                 if not key.endswith(group):  # several groups: sort (stable)
-                    return sorted(used, key=_GROUP_OF)
-        return used
+                    used = sorted(used, key=_GROUP_OF)
+                    return used, [flags[key] for key in used]
+        return used, list(flags.values())
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
@@ -267,20 +301,22 @@ class OffloadingManagerCore(OffloadingManager):
         self, keys: Collection[OffloadKey], req_context: ReqContext
     ) -> LoadStoreSpec:
         listed = keys_of(keys, req_context)
-        loaded = self._blocks_of(listed)
-        for block in loaded:
-            if block.ref_cnt < 0:
-                self._raise_illegal(listed, Call.PREPARE_LOAD)
+        tracked = self._blocks
+        loaded: list[BlockStatus] = []
         pinned = 0
-        for block in loaded:
+        for key in listed:
+            block = tracked.get(key)
+            if block is None or block.ref_cnt < 0:
+                for taken in loaded:  # change nothing: undo the pins so far
+                    taken.ref_cnt -= 1
+                self._raise_illegal(listed, Call.PREPARE_LOAD)
             block.ref_cnt += 1
             if block.ref_cnt == 1:
                 pinned += 1
+            loaded.append(block)
         self._num_loading += pinned
         if self.request_scoped:
-            use = self._use_of(req_context)
-            use.see(listed)
-            use.reuse(listed)
+            self._use_of(req_context).reuse(listed)
         return self.backend.get_load_store_spec(listed, loaded)
 
     def _use_of(self, req_context: ReqContext) -> RequestUse:
@@ -290,17 +326,7 @@ class OffloadingManagerCore(OffloadingManager):
             use = self._requests[req_context.req_id] = RequestUse()
         return use
 
-    def _blocks_of(self, keys: list[OffloadKey]) -> list[BlockStatus]:
-        """The blocks of the checked ``keys``, in order;
-        :class:`IllegalTransitionError` (as ``prepare_load``) for the first
-        untracked one."""
-        get = self._blocks.get
-        blocks = [get(key) for key in keys]
-        if None in blocks:
-            self._raise_illegal(keys, Call.PREPARE_LOAD)
-        return cast(list[BlockStatus], blocks)
-
-    def _raise_illegal(self, keys: list[OffloadKey], call: Call) -> None:
+    def _raise_illegal(self, keys: list[OffloadKey], call: Call) -> NoReturn:
         """Raise for the first key of ``keys`` that ``call`` may not take
         (untracked or PENDING)."""
         for key in keys:
@@ -313,11 +339,13 @@ class OffloadingManagerCore(OffloadingManager):
         self, keys: Collection[OffloadKey], req_context: ReqContext
     ) -> None:
         listed = keys_of(keys, req_context)
-        get = self._blocks.get
-        blocks = [get(key) for key in listed]
-        if None in blocks:
-            self._check_complete_load(listed)
-        loaded = cast(list[BlockStatus], blocks)
+        tracked = self._blocks
+        loaded: list[BlockStatus] = []
+        for key in listed:
+            block = tracked.get(key)
+            if block is None:
+                self._check_complete_load(listed)
+            loaded.append(block)
         done = released = 0
         for block in loaded:
             if block.ref_cnt < 1:  # no load left (a repeated key counts twice)
@@ -337,8 +365,9 @@ class OffloadingManagerCore(OffloadingManager):
             if unpinned:
                 policy.blocks_unpinned(unpinned)
 
-    def _check_complete_load(self, keys: list[OffloadKey]) -> None:
-        """Raise for the first occurrence with no load in flight, if any."""
+    def _check_complete_load(self, keys: list[OffloadKey]) -> NoReturn:
+        """Raise for the first occurrence with no load in flight (the caller
+        found one)."""
         remaining: dict[OffloadKey, int] = {}
         for key in keys:
             block = self._blocks.get(key)
@@ -349,6 +378,7 @@ class OffloadingManagerCore(OffloadingManager):
                 )
                 raise IllegalTransitionError(key, found, Call.COMPLETE_LOAD)
             remaining[key] = left - 1
+        raise OffloadingError(f"complete_load: no illegal key found in {keys!r}")
 
     def touch(self, keys: Collection[OffloadKey], req_context: ReqContext) -> None:
         self.policy.touch(keys_of(keys, req_context))
@@ -392,7 +422,12 @@ class OffloadingManagerCore(OffloadingManager):
                 deque(map(backend.free, evicted_blocks), maxlen=0)
             evicted = tuple(evicted_keys)
             self._blocks_evicted += len(evicted)
-            self._readable.difference_update(evicted_keys)
+            if _COMPILED:  # a native loop, no method call
+                readable = self._readable
+                for key in evicted_keys:
+                    readable.discard(key)
+            else:
+                self._readable.difference_update(evicted_keys)
             if self.events is not None:
                 self.events.append(
                     OffloadingEvent(evicted, self.block_size, self.medium, True)
@@ -406,7 +441,7 @@ class OffloadingManagerCore(OffloadingManager):
         self.policy.insert_many(to_store, blocks)
         self._num_pending += len(to_store)
         if self.request_scoped:
-            self._use_of(req_context).inserted.update(to_store)
+            self._use_of(req_context).insert(to_store)
         return PrepareStoreOutput(
             tuple(to_store), backend.get_load_store_spec(to_store, blocks), evicted
         )
@@ -421,18 +456,21 @@ class OffloadingManagerCore(OffloadingManager):
         misses, which the policy sees as a ``touch`` (ARC adapts its target
         for a ghost)."""
         use = self._use_of(req_context)
-        readable = self._readable
-        reread = [key for key in unique if key in readable] if len(new) < len(unique) else []
-        if reread:
-            fresh = set(new)
-            use.see(key for key in unique if key in fresh or key in readable)
-            use.reuse(reread)
+        misses: list[OffloadKey] = []
+        if len(new) == len(unique):  # every offered key is new
+            for key in new:
+                if use.miss(key):
+                    misses.append(key)
         else:
-            use.see(new)
-        missed = use.store_missed
-        misses = [key for key in new if key not in missed]
+            readable = self._readable
+            fresh = set(new)
+            for key in unique:
+                if key in fresh:
+                    if use.miss(key):
+                        misses.append(key)
+                elif key in readable:
+                    use.reuse_one(key)
         if misses:
-            missed.update(misses)
             self.policy.store_missed(misses)
 
     def complete_store(
@@ -443,40 +481,46 @@ class OffloadingManagerCore(OffloadingManager):
     ) -> None:
         listed = keys_of(keys, req_context)
         success = check_success(success)
-        if self.complete_store_ignores_absent:
-            tracked = self._blocks
-            listed = [key for key in listed if key in tracked]
-        get = self._blocks.get
-        unique = list(dict.fromkeys(listed))
-        blocks = [get(key) for key in unique]
-        if None in blocks:
-            missing = unique[blocks.index(None)]
-            call = Call.COMPLETE_STORE_OK if success else Call.COMPLETE_STORE_FAILED
-            raise IllegalTransitionError(missing, self.phase(missing), call)
+        tracked = self._blocks
+        ignore_absent = self.complete_store_ignores_absent
+        # the PENDING keys and their blocks, once every key is checked
+        pending_keys: list[OffloadKey] = []
+        pending_blocks: list[BlockStatus] = []
+        for key in listed:
+            block = tracked.get(key)
+            if block is None:
+                if ignore_absent:
+                    continue
+                call = Call.COMPLETE_STORE_OK if success else Call.COMPLETE_STORE_FAILED
+                raise IllegalTransitionError(key, self.phase(key), call)
+            if block.ref_cnt < 0:
+                pending_keys.append(key)
+                pending_blocks.append(block)
+        if not pending_keys:
+            return
         if success:
             stored: list[OffloadKey] = []
-            for key, block in zip(unique, blocks):
-                if block is not None and block.ref_cnt < 0:
+            for index, block in enumerate(pending_blocks):
+                if block.ref_cnt < 0:  # a repeated key is stored once
                     block.ref_cnt = 0
-                    stored.append(key)
-            if stored:
-                self._num_pending -= len(stored)
-                self._blocks_stored += len(stored)
-                self._readable.update(stored)
-                if self.policy.tracks_unpinning():
-                    self.policy.blocks_unpinned(stored)
-            if stored and self.events is not None:
+                    stored.append(pending_keys[index])
+            self._num_pending -= len(stored)
+            self._blocks_stored += len(stored)
+            self._readable.update(stored)
+            if self.policy.tracks_unpinning():
+                self.policy.blocks_unpinned(stored)
+            if self.events is not None:
                 self.events.append(
                     OffloadingEvent(tuple(stored), self.block_size, self.medium, False)
                 )
         else:
             remove, free = self.policy.remove, self.backend.free
             failed = 0
-            for key, block in zip(unique, blocks):
-                if block is not None and block.ref_cnt < 0:
-                    remove(key)
-                    free(block)
-                    failed += 1
+            unique = dict(zip(pending_keys, pending_blocks))  # a repeated key fails once
+            for key, block in unique.items():
+                remove(key)
+                free(block)
+                failed += 1
             self._num_pending -= failed
             self._store_failures += failed
 
@@ -500,10 +544,9 @@ class OffloadingManagerCore(OffloadingManager):
         if not self.request_scoped:
             return
         use = self._requests.pop(req_context.req_id, None)
-        if use is not None and use.used:
-            self.policy.commit_request(
-                use.commit_order(), use.inserted - use.reused, use.reused
-            )
+        if use is not None and use.flags:
+            order, uses = use.commit_order()
+            self.policy.commit_request(order, uses)
 
     def stats(self) -> ManagerStats:
         """A snapshot of the occupancy and counters (:class:`ManagerStats`):

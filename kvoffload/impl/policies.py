@@ -11,7 +11,8 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections import OrderedDict, deque
 from collections.abc import Collection, Iterator, Sequence
-from itertools import repeat
+from itertools import islice
+from typing import Final
 
 from mypy_extensions import mypyc_attr
 
@@ -21,6 +22,13 @@ from kvoffload.impl.build import IntArg, StrArg
 from kvoffload.impl.recency import BULK_MIN, RecencyQueue
 from kvoffload.spec.errors import ConfigurationError
 from kvoffload.spec.keys import OffloadKey
+
+USE_INSERTED: Final = 1
+"""Request-scoped recency: the request stored the key (see :meth:`CachePolicy.commit_request`)."""
+USE_REUSED: Final = 2
+"""The request used the key stored, not having stored it itself."""
+USE_STORE_MISSED: Final = 4
+"""The request offered the key while untracked (the policy has seen that miss)."""
 
 Victims = list[tuple[OffloadKey, BlockStatus]]
 """What :meth:`CachePolicy.evict` may return: (key, block) pairs in eviction
@@ -141,18 +149,14 @@ class CachePolicy(ABC):
         Default: nothing."""
         return None
 
-    def commit_request(
-        self,
-        order: Sequence[OffloadKey],
-        inserted_only: Collection[OffloadKey],
-        reused: Collection[OffloadKey],
-    ) -> None:
+    def commit_request(self, order: list[OffloadKey], uses: list[int]) -> None:
         """A finished request's uses, under request-scoped recency
         (``RecencyCommit.REQUEST_END``, docs/SPEC.md §4): ``order`` is every
-        key it used (KV group by KV group, first use first),
-        ``inserted_only`` those it stored and did not use again, ``reused``
-        the stored keys it used again. Default: :meth:`touch` of ``order``
-        (the first key ends most recent)."""
+        key it used (KV group by KV group, first use first) and ``uses[i]``
+        the flags of ``order[i]``: :data:`USE_INSERTED` (it stored the key),
+        :data:`USE_REUSED` (it used the stored key again without having
+        stored it), :data:`USE_STORE_MISSED`. Default: :meth:`touch` of
+        ``order`` (the first key ends most recent)."""
         self.touch(order)
 
     def tracks_unpinning(self) -> bool:
@@ -277,10 +281,13 @@ class ARCCachePolicy(CachePolicy):
     ) -> None:
         self.blocks.update(zip(keys, blocks))
         self.t1.add_many(keys, blocks)
-        for ghost in (self.b1, self.b2):
-            if ghost:
-                for key in ghost.keys() & keys:
-                    del ghost[key]
+        b1, b2 = self.b1, self.b2
+        if b1 or b2:
+            for key in keys:  # membership tests; a ghost is rare
+                if key in b1:
+                    del b1[key]
+                if key in b2:
+                    del b2[key]
 
     def remove(self, key: OffloadKey) -> None:
         del self.blocks[key]
@@ -327,27 +334,28 @@ class ARCCachePolicy(CachePolicy):
                 if key in b1 or key in b2:
                     self._ghost_hit(key)
 
-    def commit_request(
-        self,
-        order: Sequence[OffloadKey],
-        inserted_only: Collection[OffloadKey],
-        reused: Collection[OffloadKey],
-    ) -> None:
-        """Walking ``order`` in reverse: a key the request only inserted
-        moves to the most recent end of its list (T1 or T2, no promotion); a
-        key it reused moves from T1, or within T2, to T2's most recent end;
+    def commit_request(self, order: list[OffloadKey], uses: list[int]) -> None:
+        """Walking ``order`` in reverse: a key the request reused moves from
+        T1, or within T2, to T2's most recent end; a key it only inserted
+        moves to the most recent end of its list (T1 or T2, no promotion);
         other keys (untracked, ghosts) are left."""
         t1, t2 = self.t1, self.t2
-        # inserted_only and reused are disjoint, and a key is in at most one
-        # of T1 and T2: each test below settles where the key is at once
-        for key in reversed(order):
-            if key in reused:
+        # a key is in at most one of T1 and T2: each test below settles
+        # where the key is at once
+        index = len(order)
+        while index > 0:
+            index -= 1
+            flags = uses[index]
+            if flags & USE_REUSED:
+                key = order[index]
                 if not t2.renew(key):
                     block = t1.take(key)
                     if block is not None:
                         t2.add(key, block)
-            elif key in inserted_only and not t1.renew(key):
-                t2.renew(key)
+            elif flags & USE_INSERTED:
+                key = order[index]
+                if not t1.renew(key):
+                    t2.renew(key)
 
     def evict(
         self, n: int, protected: Collection[OffloadKey]
@@ -434,18 +442,23 @@ class ARCCachePolicy(CachePolicy):
             keys = keys1[:first] + keys2 + keys1[first:]
             blocks = blocks1[:first] + blocks2 + blocks1[first:]
         _drop_keys(self.blocks, keys)
-        if keys1:
-            self.b1.update(zip(keys1, repeat(None)))
-        if keys2:
-            self.b2.update(zip(keys2, repeat(None)))
+        b1, b2 = self.b1, self.b2
+        for key in keys1:
+            b1[key] = None
+        for key in keys2:
+            b2[key] = None
         self._trim_ghosts()
         return EvictedBlocks(keys, blocks)
 
     def _trim_ghosts(self) -> None:
         """Forget the oldest ghosts beyond the capacity, in each list."""
+        capacity = self.cache_capacity
         for ghost in (self.b1, self.b2):
-            for _ in range(len(ghost) - self.cache_capacity):
-                ghost.popitem(last=False)
+            excess = len(ghost) - capacity
+            if excess > 0:
+                # the oldest first; one pass, then one deletion each
+                for key in list(islice(ghost, excess)):
+                    del ghost[key]
 
     def clear(self) -> None:
         self.blocks.clear()

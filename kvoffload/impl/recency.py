@@ -35,6 +35,10 @@ K = TypeVar("K", bound=Hashable)
 # (``deque(map(...))``), which pays off on bulk operations.
 BULK_MIN = 32
 
+# Whether this module runs compiled (mypyc): then a plain loop is the
+# fastest way to fill an ordered dict; interpreted, ``update`` is.
+_COMPILED = not __file__.endswith(".py")
+
 
 class RecencyQueue(Generic[K]):
     """Members in recency order (see the module docstring)."""
@@ -64,7 +68,12 @@ class RecencyQueue(Generic[K]):
 
     def add_many(self, keys: Sequence[K], blocks: Sequence[BlockStatus]) -> None:
         """Insert ``keys`` in order: the last ends most recent."""
-        self._order.update(zip(keys, blocks))
+        order = self._order
+        if _COMPILED:  # a native loop: no pair tuples, no generic update
+            for key, block in zip(keys, blocks):
+                order[key] = block
+        else:
+            order.update(zip(keys, blocks))
 
     def move_to_end(self, key: K) -> None:
         """Make member ``key`` the most recent."""
@@ -159,14 +168,13 @@ class RecencyQueue(Generic[K]):
             return None
         keys: list[K] = []
         blocks: list[BlockStatus] = []
-        add_key, add_block = keys.append, blocks.append
         # one walk over the items: an ordered dict finds each node by key,
         # so keys and values walked apart would cost a third more lookups
         for key, block in islice(order.items(), n):
             if block.ref_cnt != 0:
                 return None
-            add_key(key)
-            add_block(block)
+            keys.append(key)  # compiled, a list primitive (a bound append is a call)
+            blocks.append(block)
         if len(protected) > 0 and any(map(protected.__contains__, keys)):
             return None
         return keys, blocks

@@ -61,26 +61,48 @@ class BlockIDsLoadStoreSpec(LoadStoreSpec):
 
     Raises :class:`TransferError` for malformed ids (:func:`block_id_array`).
     ``checked=False`` skips that check, for ids a backend made itself (a
-    ``list`` of slot numbers, each an ``int`` in ``[0, 2**63 - 1]``): the
-    spec of every ``prepare_load`` and ``prepare_store``, where the check
-    cost more than building the array.
+    ``list`` of slot numbers, each an ``int`` in ``[0, 2**63 - 1]``, handed
+    over: the spec keeps it): the spec of every ``prepare_load`` and
+    ``prepare_store``, where the check cost more than building the array.
+    Such a spec builds its array on the first read of :attr:`block_ids`, so
+    a caller that only wants the ids as a list (:meth:`id_list`, e.g. a face
+    building another library's spec from them) never pays for one.
     """
 
-    __slots__ = ("block_ids",)
+    __slots__ = ("_array", "_ids")
 
     def __init__(
         self, block_ids: Iterable[int] | npt.NDArray[Any], *, checked: bool = True
     ) -> None:
-        self.block_ids: npt.NDArray[np.int64] = (
-            block_id_array(block_ids) if checked else np.array(block_ids, dtype=np.int64)
-        )
+        self._ids: list[int] | None = None
+        self._array: npt.NDArray[np.int64] | None = None
+        if checked:
+            self._array = block_id_array(block_ids)
+        else:
+            self._ids = cast(list[int], block_ids)
+
+    @property
+    def block_ids(self) -> npt.NDArray[np.int64]:
+        """The ids, a one-dimensional int64 array (built once, when first read)."""
+        array = self._array
+        if array is None:
+            array = self._array = np.array(self._ids, dtype=np.int64)
+        return array
+
+    def id_list(self) -> list[int]:
+        """The ids as a new list of ``int``."""
+        ids = self._ids
+        if ids is not None:
+            return list(ids)
+        return cast(list[int], self.block_ids.tolist())
 
     @staticmethod
     def medium() -> str:
         return "BLOCK_IDS"
 
     def __len__(self) -> int:
-        return int(self.block_ids.shape[0])
+        ids = self._ids
+        return len(ids) if ids is not None else int(self.block_ids.shape[0])
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, BlockIDsLoadStoreSpec):

@@ -11,8 +11,8 @@ import pytest
 
 from kvoffload import ReqContext
 from kvoffload.impl.block import BlockStatus
-from kvoffload.impl.manager import CPUOffloadingManager, KeyAnswers
-from kvoffload.impl.policies import ARCCachePolicy
+from kvoffload.impl.manager import CPUOffloadingManager, KeyAnswers, RequestUse
+from kvoffload.impl.policies import USE_INSERTED, USE_REUSED, USE_STORE_MISSED, ARCCachePolicy
 from kvoffload.impl.recency import RecencyQueue
 from kvoffload.impl.specs import CPULoadStoreSpec
 from kvoffload.spec.errors import InvalidKeyError
@@ -91,7 +91,10 @@ def test_arc_commit_request_moves_as_documented() -> None:
     policy.touch([key("a")])  # a: T1 -> T2
     a, b, c, d, e = keys("a b c d e")
     # order: first use first; walked in reverse
-    policy.commit_request([b, a, c, d, e], inserted_only={c, key("z")}, reused={a, b})
+    # b and a reused, c only inserted, d and e neither (a ghost or untracked)
+    policy.commit_request(
+        [b, a, c, d, e], [USE_REUSED, USE_REUSED | USE_INSERTED, USE_INSERTED, 0, 0]
+    )
     state = policy.state()
     # c stays in T1 and ends most recent there; b is promoted; a renewed
     assert state["t1"] == tuple(keys("d e f c"))
@@ -122,3 +125,69 @@ def test_face_options_commit_through_the_core() -> None:
     core.on_request_finished(second)
     assert core.policy_state()["t2"] == (a,)
     assert core.policy_state()["t1"] == (b,)
+
+
+def test_unchecked_slot_spec_gives_its_ids_without_an_array() -> None:
+    ids = [4, 1, 7]
+    spec = CPULoadStoreSpec(ids, checked=False)
+    listed = spec.id_list()
+    assert listed == [4, 1, 7] and listed is not ids  # a copy: the spec keeps its own
+    listed.append(9)
+    assert len(spec) == 3 and spec.id_list() == [4, 1, 7]
+    assert spec.block_ids.tolist() == [4, 1, 7]
+    assert CPULoadStoreSpec([2, 3]).id_list() == [2, 3]  # a checked spec too
+
+
+def test_request_record_flags_follow_the_model() -> None:
+    """One request stores a and b, loads a again (not a reuse: it stored
+    a), loads c (stored by another request: a reuse) and offers d, then b
+    and d again (one store miss each)."""
+    core = CPUOffloadingManager(1, 8, "arc", recency_commit=RecencyCommit.REQUEST_END)
+    a, b, c, d = keys("a b c d")
+    other = ReqContext(req_id="other")
+    core.prepare_store([c], other)
+    core.complete_store([c], other)
+    core.on_request_finished(other)
+    use = RequestUse()
+    core._requests[CTX.req_id] = use
+    core.prepare_store([a, b], CTX)
+    core.complete_store([a, b], CTX)
+    core.prepare_load([a, c], CTX)
+    core.complete_load([a, c], CTX)
+    core.prepare_store([c, d], CTX)  # c readable: a use already counted
+    assert use.flags == {
+        a: USE_STORE_MISSED | USE_INSERTED,
+        b: USE_STORE_MISSED | USE_INSERTED,
+        c: USE_REUSED,
+        d: USE_STORE_MISSED | USE_INSERTED,
+    }
+    assert use.commit_order() == ([a, b, c, d], list(use.flags.values()))
+    # offered again (d PENDING, b READY): no new store miss, nothing changes
+    core.prepare_store([b, d], CTX)
+    assert use.miss(d) is False
+    assert list(use.flags) == [a, b, c, d]
+
+
+def test_request_record_commits_group_by_group() -> None:
+    use = RequestUse()
+    g0, g1 = key("x", 0), key("y", 1)
+    h0 = key("z", 0)
+    use.miss(g1)
+    use.reuse([g0, h0])
+    assert use.commit_order() == ([g0, h0, g1], [USE_REUSED, USE_REUSED, USE_STORE_MISSED])
+
+
+@pytest.mark.parametrize("success", [True, False])
+def test_complete_store_takes_a_repeated_key_once(success: bool) -> None:
+    core = CPUOffloadingManager(1, 4, "lru", enable_events=True)
+    a, b = keys("a b")
+    core.prepare_store([a, b], CTX)
+    core.complete_store([a, b, a], CTX, success)
+    stats = core.stats()
+    assert stats.pending == 0
+    if success:
+        assert stats.blocks_stored == 2 and stats.ready == 2
+        assert [event.keys for event in core.take_events()] == [(a, b)]
+    else:
+        assert stats.store_failures == 2 and stats.free == 4
+        assert core.take_events() == []
