@@ -131,6 +131,9 @@ class Noise:
         self.active = False
         self.lines = 0
         """Lines of the tier's code run so far (all threads)."""
+        self.bystanders: set[threading.Thread] = set()
+        """Threads already running when the noise began (another run's
+        leftovers): not part of this run, never waited for."""
         self.steps = 0
         """The caller's steps completed so far (:meth:`stepped`)."""
 
@@ -189,12 +192,14 @@ class Noise:
             if time.monotonic() > deadline:
                 return
 
-    @staticmethod
-    def _others_stalled(me: int) -> bool:
-        """Every other live thread sleeps in the kernel, not in a kit nap."""
+    def _others_stalled(self, me: int) -> bool:
+        """Every other live thread of the run sleeps in the kernel, not in
+        a kit nap."""
         for thread in threading.enumerate():
             other = thread.native_id
-            if other is None or other == me or not thread.is_alive():
+            if other is None or other == me or thread in self.bystanders:
+                continue
+            if not thread.is_alive():
                 continue
             if other in _NAPPING or _thread_state(other) not in ("S", "D"):
                 return False
@@ -211,6 +216,8 @@ class Noise:
 
     def __enter__(self) -> Noise:
         self.saved = threading.gettrace()
+        here = threading.current_thread()
+        self.bystanders = {t for t in threading.enumerate() if t is not here}
         self.active = True
         threading.settrace(self._call)
         return self
