@@ -174,6 +174,9 @@ class TierKey:
     """A cascade was submitted since the key was last seen held (a HIT) or
     absent: the tier may have evicted it to make room (profile option
     ``tier_evicts_on_store``)."""
+    unlanded: int = 0
+    """How many of the stores in flight (``storing``) may still land: a HIT
+    of a key that was STORING shows one of them landed."""
 
     @property
     def kind(self) -> TierPhaseKind:
@@ -215,17 +218,25 @@ def tier_apply(key: bytes, state: TierKey, call: TierCall, version: int | None =
     if call is TierCall.SUBMIT_STORE:
         if version is None:
             raise InvalidTierJobError("a store needs the version it writes")
-        after = attrs.evolve(state, storing=state.storing + (version,))
+        after = attrs.evolve(
+            state, storing=state.storing + (version,), unlanded=state.unlanded + 1
+        )
     elif call in (TierCall.STORE_OK, TierCall.STORE_FAILED):
         if version is None or version not in state.storing:
             raise IllegalTierCallError(key, kind, call)
         storing = _without_one(state.storing, version)
+        unlanded = min(state.unlanded, len(storing))
         if call is TierCall.STORE_OK:
             after = TierKey(
-                True, state.versions | {version}, storing, state.loads, room_made=state.room_made
+                True,
+                state.versions | {version},
+                storing,
+                state.loads,
+                room_made=state.room_made,
+                unlanded=unlanded,
             )
         else:
-            after = attrs.evolve(state, storing=storing)
+            after = attrs.evolve(state, storing=storing, unlanded=unlanded)
     elif call is TierCall.SUBMIT_LOAD:
         after = attrs.evolve(state, loads=state.loads + 1) if state.present else state
     elif call in (TierCall.LOAD_REPORTED, TierCall.LOAD_UNPINNED):
@@ -244,7 +255,11 @@ def tier_apply(key: bytes, state: TierKey, call: TierCall, version: int | None =
             after = attrs.evolve(state, room_made=False)
         else:  # one of the stores in flight landed: any of their versions may be read
             after = attrs.evolve(
-                state, present=True, versions=frozenset(state.storing), room_made=False
+                state,
+                present=True,
+                versions=frozenset(state.storing),
+                room_made=False,
+                unlanded=min(state.unlanded, len(state.storing) - 1),
             )
     else:  # LOOKUP_MISS
         after = state if state.storing else attrs.evolve(state, room_made=False)
@@ -409,10 +424,26 @@ class TierModel:
     def confirm_load(self, job_id: int, key: OffloadKey, answer: LookupResult) -> TierModel:
         """``lookup(key)`` answered ``answer`` right after promotion
         ``job_id`` was submitted. HIT: the load pins the key until its
-        report (a MISS before then is ``T0``). MISS: the tier had evicted
+        report (a MISS before then is ``T0``), unless the tier may have
+        evicted it before the load (a cascade since it was last seen held)
+        and a store of it in flight may have landed since, which the HIT
+        may be. MISS: the tier had evicted
         it before the load, which must fail for it. RETRY: the load does
         not pin it (it may still make it)."""
         record = self.jobs[job_id]
+        state = self.key(key)
+        if (
+            answer is LookupResult.HIT
+            and key in record.pinned
+            and state.unlanded > 0
+            and (state.room_made or not self.evicts_on_store)
+        ):
+            # the tier may have evicted the key before the load and a store
+            # of it landed since: the HIT does not show it held throughout
+            model = self._moved(key, TierCall.LOAD_UNPINNED)
+            record = attrs.evolve(record, pinned=record.pinned - {key})
+            model = attrs.evolve(model, jobs=model.jobs.set(job_id, record))
+            return model.observe(key, answer)
         if answer is LookupResult.HIT or key not in record.pinned:
             return self.observe(key, answer) if answer is not LookupResult.RETRY else self
         miss = answer is LookupResult.MISS
@@ -511,6 +542,28 @@ class TierModel:
                 "was last seen held: a tier evicts only to make room for a store (profile "
                 "option tier_evicts_on_store)",
             )
+
+    def landed_slot(self, before: TierModel, key: OffloadKey) -> int | None:
+        """The primary slot the tier may no longer read for ``key``, when
+        the observation that led from ``before`` to this state showed the
+        copy of the key's only cascade in flight landed (a HIT of a key
+        that was STORING with one store): HIT is "present and ready"
+        (vLLM's ``base.py``; a chunk still "being transferred" answers
+        RETRY), so the tier holds the key's bytes and has done with the
+        slot, though the primary keeps it pinned until the job's report
+        (``T3``). None otherwise (with several stores of the key in flight
+        the others may still copy it)."""
+        was, now = before.key(key), self.key(key)
+        if was.present or not now.present or len(was.storing) != 1:
+            return None
+        for record in self.jobs.values():
+            job = record.job
+            if job.is_promotion or key not in job.keys:
+                continue
+            index = list(job.keys).index(key)
+            if record.versions[index] == was.storing[0]:
+                return int(job.chunk_ids[index])
+        return None
 
     def in_flight(self) -> tuple[JobId, ...]:
         """The jobs submitted and not yet reported, in id order."""

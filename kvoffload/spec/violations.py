@@ -65,7 +65,7 @@ class Invariant(enum.Enum):
     )
     TIER_CASCADE_PINS = (
         "T3 cascade pins",
-        "a cascade reads only primary slots pinned for it, until its job completes",
+        "a cascade reads only primary slots pinned for it, until its job completes (a key's slot, until the key reads HIT)",
     )
     TIER_CAPACITY = ("T4 tier capacity", "at most capacity_blocks keys readable from a tier")
     TIER_JOBS = (

@@ -33,7 +33,7 @@ from kvoffload.stateful.auditing import AuditReport, default_seed
 from kvoffload.stateful.drivers import run_seed
 from kvoffload.stateful.shrink import shrink_sequence
 from kvoffload.stateful.tier_harness import ROW_BYTES, TierFactory, TierHarness, TierOp
-from kvoffload.stateful.tier_noise import Noise
+from kvoffload.stateful.tier_noise import Noise, nap
 
 DEFAULT_TIER_EXAMPLES = 500
 DEFAULT_TIER_STEPS = 40
@@ -165,6 +165,7 @@ class PollThread(threading.Thread):
         self.error: BaseException | None = None
 
     def run(self) -> None:
+        sys.settrace(None)  # the kit's own code is not traced (tier calls are: Noise.wrap)
         while not self.stopping.is_set():
             with self.lock:
                 if self.stopping.is_set() or self.harness.closed:
@@ -174,7 +175,7 @@ class PollThread(threading.Thread):
                 except Exception as error:
                     self.error = error
                     return
-            time.sleep(POLL_INTERVAL)
+            nap(POLL_INTERVAL)
 
     def stop(self) -> None:
         self.stopping.set()
@@ -216,6 +217,8 @@ def _replay(
         return None, error
     if noisy is not None and not poll_thread and not harness.tier_threads():
         noisy.stop()  # one thread only: nothing to interleave
+    if noisy is not None and noisy.active:
+        harness.tier = noisy.wrap(harness.tier)
     lock = threading.Lock()
     poller = PollThread(harness, lock) if poll_thread else None
     failure: BaseException | None = None
@@ -227,6 +230,8 @@ def _replay(
                 if poller is not None and poller.error is not None:
                     break
                 harness.step(op)
+            if noisy is not None:
+                noisy.stepped()
     except Exception as error:
         failure = error
     finally:

@@ -45,6 +45,7 @@ from kvoffload.spec.tier_model import (
     chunk_pattern,
 )
 from kvoffload.spec.violations import Invariant, SpecViolation
+from kvoffload.stateful.tier_noise import nap
 
 TierFactory = Callable[[int, memoryview], Any]
 """``factory(capacity_blocks, primary_kv_view) -> tier`` (taken structurally)."""
@@ -216,6 +217,9 @@ class TierHarness:
     expected: list[bytes] = attrs.field(init=False)
     owner: list[int | None] = attrs.field(init=False)
     fillers: dict[bytes, int] = attrs.field(init=False, factory=dict)
+    copied: dict[bytes, tuple[int, OffloadKey]] = attrs.field(init=False, factory=dict)
+    """The fillers written into a cascade's slot once its key read HIT
+    (:meth:`_landed`): slot and key."""
     trace: list[str] = attrs.field(init=False, factory=list)
     ops: list[TierOp] = attrs.field(init=False, factory=list)
     next_job: int = 0
@@ -304,6 +308,14 @@ class TierHarness:
         self, data: bytes, key: OffloadKey, job_keys: Iterable[OffloadKey]
     ) -> tuple[Invariant, str]:
         """Why ``data`` is not an acceptable chunk of ``key``."""
+        if data in self.copied:
+            slot, landed = self.copied[data]
+            return (
+                Invariant.TIER_CASCADE_PINS,
+                f"it holds the filler the kit wrote into primary slot {slot} once key "
+                f"{landed!r} read HIT while its cascade was in flight (a HIT says the copy "
+                "landed): the tier copied that slot after answering HIT",
+            )
         if data in self.fillers:
             return (
                 Invariant.TIER_CASCADE_PINS,
@@ -360,9 +372,24 @@ class TierHarness:
         tier)."""
         context = req if isinstance(req, ReqContext) else self._context(req)
         answer, shown = self._lookup(key, context)
+        before = self.model
         self.model = self.model.observe(key, shown)
+        self._landed(before, key)
         self._seen_missing(key, shown)
         return answer
+
+    def _landed(self, before: TierModel, key: OffloadKey) -> None:
+        """When an answer just showed a cascade's copy of ``key`` landed
+        (:meth:`TierModel.landed_slot`), the tier reads that slot no more:
+        the kit overwrites it with a filler (a tier that copies it later,
+        having answered HIT before its copy, stores the filler: ``T3``)."""
+        slot = self.model.landed_slot(before, key)
+        if slot is None:
+            return
+        self._fill(slot)
+        data = self.expected[slot]
+        del self.fillers[data]
+        self.copied[data] = (slot, key)
 
     def _seen_missing(self, key: OffloadKey, shown: LookupResult) -> None:
         """A MISS for a key the tier's events announced stored: the next
@@ -499,7 +526,9 @@ class TierHarness:
         for key in keys:
             answer, shown = self._lookup(key, self._context(req))
             answers.append(answer.name)
+            before = self.model
             self.model = self.model.confirm_load(job.job_id, key, shown)
+            self._landed(before, key)
             self._seen_missing(key, shown)
         self._record(
             f"t.load({list(indices)}, req={req}{', absent=True' if absent else ''})  # job {job.job_id} into slots {list(rows)}; "
@@ -613,7 +642,7 @@ class TierHarness:
             idle = error
         self.poll()
         if self.model.jobs:
-            time.sleep(0.02)
+            nap(0.02)
             self.poll()
             if self.model.jobs:
                 raise SpecViolation(
@@ -665,7 +694,7 @@ class TierHarness:
 
     def settle(self) -> None:
         """Let the tier's own threads run for a millisecond."""
-        time.sleep(0.001)
+        nap(0.001)
         self._record("t.settle()")
 
     def new_request(self, req: int) -> None:
@@ -790,7 +819,7 @@ class TierHarness:
             hook = getattr(self.tier, "on_schedule_end", None)
             if callable(hook):
                 hook(None)
-            time.sleep(0.0002)
+            nap(0.0002)
         finish = getattr(self.tier, "on_request_finished", None)
         if callable(finish):
             for context in contexts:

@@ -246,3 +246,41 @@ def test_a_store_reported_keeps_the_room_a_cascade_made_while_it_was_in_flight()
 def test_chunk_patterns_of_even_versions_do_not_compress() -> None:
     assert len(zlib.compress(chunk_pattern(A, 2, 64))) > 64
     assert len(zlib.compress(chunk_pattern(A, 1, 64))) < 64
+
+
+def test_a_hit_during_the_only_store_of_a_key_releases_its_slot() -> None:
+    """A HIT says the copy landed (base.py: "present and ready"): the slot of
+    the key's only cascade in flight is the tier's no more (``T3``)."""
+    model = TierModel(4).submit_store(TierJob(1, (A, B), (3, 7), False), [1, 1])
+    after = model.observe(B, LookupResult.HIT)
+    assert after.landed_slot(model, B) == 7
+    # a MISS, a RETRY, or a key already held release nothing
+    assert model.observe(B, LookupResult.MISS).landed_slot(model, B) is None
+    assert model.observe(B, LookupResult.RETRY).landed_slot(model, B) is None
+    again = after.observe(B, LookupResult.HIT)
+    assert again.landed_slot(after, B) is None
+    # with two stores of the key in flight the other may still copy: none
+    two = model.submit_store(TierJob(2, (B,), (9,), False), [2])
+    assert two.observe(B, LookupResult.HIT).landed_slot(two, B) is None
+    # a re-store of a key held: the HIT may be the old copy's
+    held, _, _ = model.report(1, True, None)
+    restore = held.submit_store(TierJob(3, (A,), (4,), False), [2])
+    assert restore.observe(A, LookupResult.HIT).landed_slot(restore, A) is None
+
+
+def test_a_hit_after_the_load_pins_nothing_when_a_store_may_have_landed_after_an_eviction() -> None:
+    """The key may have been evicted before the load (a cascade since it was
+    last seen held) and re-stored by a store in flight landing since: the
+    HIT right after ``submit_load`` may be that store's, so the load does
+    not pin the key and may fail for it (the tier never saw it held)."""
+    model = _held(loads_succeed=True, evicts_on_store=True)
+    restored = model.submit_store(TierJob(7, (A,), (8,), False), [2])
+    other = restored.submit_store(TierJob(8, (B,), (9,), False), [1])  # may evict A
+    loaded = other.submit_load(TierJob(9, (A,), (5,), True)).confirm_load(9, A, LookupResult.HIT)
+    assert A not in loaded.jobs[9].pinned
+    after, _, made = loaded.report(9, False, None)
+    assert not made
+    # without a cascade since A was last seen held, the HIT pins it
+    pinned = restored.submit_load(TierJob(9, (A,), (5,), True)).confirm_load(9, A, LookupResult.HIT)
+    with pytest.raises(SpecViolation, match="tier_loads_succeed"):
+        pinned.report(9, False, None)

@@ -49,6 +49,9 @@ CAUGHT: dict[str, Invariant | frozenset[Invariant]] = {
     "file_chunks.renames_failed_write": Invariant.TIER_READABLE,
     # tiercatch: shutdown leaves the tier's temporary files (tier_shutdown_removes_temp)
     "file_chunks.shutdown_keeps_directory": Invariant.TIER_PROGRESS,
+    # tierkit2: a HIT during a cascade is a copy made; the slot it came from
+    # is released for the key (SPEC §10, "A HIT is a copy made")
+    "async_lookup.counts_reserved_as_present": Invariant.TIER_CASCADE_PINS,
 }
 
 

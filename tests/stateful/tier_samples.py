@@ -379,6 +379,26 @@ class RacyThreadTier(ThreadTier):
         super().shutdown()
 
 
+class QueuedHitTier(DictTier):
+    """Answers HIT for a key whose store is only queued (its copy runs at a
+    later poll): a HIT for a copy not made, so the copy reads the slot after
+    the HIT."""
+
+    def queued_store(self, key: OffloadKey) -> bool:
+        return any(key in job.keys for job in self.queued if not job.is_promotion)
+
+    def lookup(self, key: OffloadKey, req_context: ReqContext) -> LookupResult:
+        if self.queued_store(key):
+            return LookupResult.HIT
+        return super().lookup(key, req_context)
+
+    def submit_load(self, job: TierJobLike) -> None:
+        for key in job.keys:  # its jobs run in order: a queued store lands first
+            if key in self.chunks or self.queued_store(key):
+                self.loading[key] += 1
+        self.queued.append(job)
+
+
 def _factory(cls: type[DictTier]) -> Any:
     def build(capacity_blocks: int, primary_kv_view: memoryview) -> DictTier:
         return cls(capacity_blocks, primary_kv_view)
@@ -398,6 +418,7 @@ overflow = _factory(OverflowTier)
 evict_loading = _factory(EvictLoadingTier)
 stale = _factory(StaleTier)
 racy_thread = _factory(RacyThreadTier)
+queued_hit = _factory(QueuedHitTier)
 
 def not_a_tier(capacity_blocks: int, primary_kv_view: memoryview) -> object:
     """A factory whose product has none of a tier's methods (a usage error)."""
@@ -416,6 +437,11 @@ PLANTED: dict[str, tuple[Any, frozenset[Invariant]]] = {
     "overflow": (overflow, frozenset({Invariant.TIER_CAPACITY})),
     "evict_loading": (evict_loading, frozenset({Invariant.TIER_LIFECYCLE})),
     "stale": (stale, frozenset({Invariant.TIER_READABLE})),
-    "racy_thread": (racy_thread, frozenset({Invariant.TIER_READABLE})),
+    # a HIT before the copy: the placeholder loads (T1), or the copy reads the
+    # slot the kit released at that HIT (T3)
+    "racy_thread": (
+        racy_thread, frozenset({Invariant.TIER_READABLE, Invariant.TIER_CASCADE_PINS})
+    ),
+    "queued_hit": (queued_hit, frozenset({Invariant.TIER_CASCADE_PINS})),
 }
 """Each planted defect, its factory and the invariants that name it."""
