@@ -546,12 +546,21 @@ def unload_release() -> None:
     _forget(None)
 
 
+BOUND_MODULES = ("kvoffload.vllm",)
+"""kvoffload's modules that import vLLM when they are imported, and so hold
+the classes of the release loaded then (``kvoffload.vllm`` subclasses its
+``OffloadingSpec``): forgetting a release forgets them too, so that the
+next import binds them to the next release."""
+
+
 def _forget(finder: _StubFinder | None) -> None:
     root = loaded_release()
     if root is not None:
         _CACHE.pop(root, None)
     for name in _vllm_modules():
         del sys.modules[name]
+    for name in BOUND_MODULES:
+        sys.modules.pop(name, None)
     for entry in list(sys.meta_path):
         if isinstance(entry, _StubFinder) and (finder is None or entry is finder):
             sys.meta_path.remove(entry)

@@ -199,3 +199,19 @@ def test_unstubbed_import_is_a_typed_error(tmp_path: Path) -> None:
     # a failed load leaves nothing behind
     assert not [name for name in sys.modules if name.startswith("vllm")]
     assert loaded_release() is None
+
+
+def test_unloading_forgets_the_modules_bound_to_the_release(tmp_path: Path) -> None:
+    """kvoffload.vllm subclasses the loaded release's classes: once the
+    release is forgotten, a stale kvoffload.vllm would make the next
+    release's factory reject the spec (``issubclass`` fails), as the
+    opt-in bench tests followed by the face tests did."""
+    load_release(write_release(tmp_path))
+    stale = types.ModuleType("kvoffload.vllm")
+    sys.modules["kvoffload.vllm"] = stale
+    try:
+        unload_release()
+        assert "kvoffload.vllm" not in sys.modules
+    finally:
+        if sys.modules.get("kvoffload.vllm") is stale:
+            del sys.modules["kvoffload.vllm"]
