@@ -157,6 +157,46 @@ def test_zero_chunks_refuse_every_store_as_vllm_does(vllm: Any) -> None:
     assert ours.get_stats().gauges["vllm:kv_offload_cpu_cache_usage_perc"] == 0.0
 
 
+def single_tensor_worker(spec: Any, gpu: Any) -> Any:
+    """``spec``'s worker over one canonical KV tensor, ``gpu`` (one row of
+    :data:`PAGE_BYTES` per GPU block)."""
+    from vllm.v1.kv_offload.base import (
+        CanonicalKVCacheRef,
+        CanonicalKVCaches,
+        CanonicalKVCacheTensor,
+    )
+
+    return spec.get_worker(CanonicalKVCaches(
+        tensors=[CanonicalKVCacheTensor(tensor=gpu, page_size_bytes=PAGE_BYTES)],
+        group_data_refs=[[CanonicalKVCacheRef(tensor_idx=0, page_size_bytes=PAGE_BYTES)]],
+    ))
+
+
+def gpu_spec(first_block: int, chunks: int) -> Any:
+    """vLLM's spec of the GPU blocks of ``chunks`` chunks from ``first_block``."""
+    from vllm.v1.kv_offload.base import GPULoadStoreSpec
+
+    blocks = list(range(first_block, first_block + chunks * BLOCKS_PER_CHUNK))
+    return GPULoadStoreSpec(blocks, group_sizes=[len(blocks)], block_indices=[0])
+
+
+class Transfers:
+    """Runs a worker's transfers one at a time, each with a new job id,
+    and checks that each finished and succeeded."""
+
+    def __init__(self, worker: Any) -> None:
+        self.worker = worker
+        self._next_id = 1
+
+    def run(self, submit: Any, *args: Any) -> None:
+        job = self._next_id
+        self._next_id += 1
+        assert submit(job, *args)
+        self.worker.wait({job})
+        (result,) = self.worker.get_finished()
+        assert result.job_id == job and result.success
+
+
 def _cuda() -> bool:
     try:
         import torch
@@ -171,40 +211,17 @@ def _cuda() -> bool:
 )
 def test_a_scheduler_sequence_through_manager_and_worker(vllm: Any, device: str) -> None:
     torch = pytest.importorskip("torch")
-    from vllm.v1.kv_offload.base import (
-        CanonicalKVCacheRef,
-        CanonicalKVCaches,
-        CanonicalKVCacheTensor,
-        GPULoadStoreSpec,
-        OffloadingWorker,
-        ReqContext,
-        ScheduleEndContext,
-    )
+    from vllm.v1.kv_offload.base import OffloadingWorker, ReqContext, ScheduleEndContext
 
     spec = face_spec(vllm, 8)
     manager = spec.get_manager()
     gpu = torch.zeros((NUM_GPU_BLOCKS, PAGE_BYTES), dtype=torch.int8, device=device)
-    caches = CanonicalKVCaches(
-        tensors=[CanonicalKVCacheTensor(tensor=gpu, page_size_bytes=PAGE_BYTES)],
-        group_data_refs=[[CanonicalKVCacheRef(tensor_idx=0, page_size_bytes=PAGE_BYTES)]],
-    )
-    worker = spec.get_worker(caches)
+    worker = single_tensor_worker(spec, gpu)
     assert isinstance(worker, OffloadingWorker)
     for block in range(NUM_GPU_BLOCKS):
         gpu[block].fill_(block + 1)  # a pattern per GPU block
     prompt = keys_of("p", 4)
-    job_ids = iter(range(1, 100))
-
-    def gpu_spec(first_block: int, chunks: int) -> Any:
-        blocks = list(range(first_block, first_block + chunks * BLOCKS_PER_CHUNK))
-        return GPULoadStoreSpec(blocks, group_sizes=[len(blocks)], block_indices=[0])
-
-    def run(submit: Any, *args: Any) -> None:
-        job = next(job_ids)
-        assert submit(job, *args)
-        worker.wait({job})
-        (result,) = worker.get_finished()
-        assert result.job_id == job and result.success
+    run = Transfers(worker).run
 
     # request 1: a miss at once; store the whole prompt (GPU blocks 0..7)
     first = ReqContext(req_id="r1")

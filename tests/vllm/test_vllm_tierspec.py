@@ -26,9 +26,12 @@ from tests.vllm.test_vllm_face import (
     BLOCKS_PER_CHUNK,
     NUM_GPU_BLOCKS,
     PAGE_BYTES,
+    Transfers,
+    gpu_spec,
     keys_of,
     needs_033,
     offloading_config,
+    single_tensor_worker,
     vllm,
 )
 
@@ -73,14 +76,7 @@ def test_chunks_cascade_to_the_tier_and_load_back_through_the_face(
     vllm: Any, tmp_path: Path, tier: str
 ) -> None:
     torch = pytest.importorskip("torch")
-    from vllm.v1.kv_offload.base import (
-        CanonicalKVCacheRef,
-        CanonicalKVCaches,
-        CanonicalKVCacheTensor,
-        GPULoadStoreSpec,
-        ReqContext,
-        ScheduleEndContext,
-    )
+    from vllm.v1.kv_offload.base import ReqContext, ScheduleEndContext
 
     from kvoffload.impl.tiered import TieredOffloadingManager
     from kvoffload.vllm import KVOffloadingManager, KVOffloadingSpec
@@ -94,25 +90,10 @@ def test_chunks_cascade_to_the_tier_and_load_back_through_the_face(
     assert manager.lock is manager.tiered.lock  # a real lock, not the core's
     gpu = torch.arange(NUM_GPU_BLOCKS * PAGE_BYTES, dtype=torch.int32).remainder(251)
     gpu = gpu.to(torch.int8).reshape(NUM_GPU_BLOCKS, PAGE_BYTES)
-    caches = CanonicalKVCaches(
-        tensors=[CanonicalKVCacheTensor(tensor=gpu, page_size_bytes=PAGE_BYTES)],
-        group_data_refs=[[CanonicalKVCacheRef(tensor_idx=0, page_size_bytes=PAGE_BYTES)]],
-    )
-    worker = spec.get_worker(caches)
+    worker = single_tensor_worker(spec, gpu)
     original = gpu.clone()
-    job_ids = iter(range(1, 100))
+    run = Transfers(worker).run
     step = ScheduleEndContext(new_req_ids=(), preempted_req_ids=())
-
-    def gpu_spec(first_block: int, chunks: int) -> Any:
-        blocks = list(range(first_block, first_block + chunks * BLOCKS_PER_CHUNK))
-        return GPULoadStoreSpec(blocks, group_sizes=[len(blocks)], block_indices=[0])
-
-    def run(submit: Any, *args: Any) -> None:
-        job = next(job_ids)
-        assert submit(job, *args)
-        worker.wait({job})
-        (result,) = worker.get_finished()
-        assert result.job_id == job and result.success
 
     def store(keys: list[bytes], first_block: int, ctx: Any) -> None:
         with manager.lock:
