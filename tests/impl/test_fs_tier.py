@@ -113,6 +113,16 @@ def fill(primary: Primary, slot: int, seed: int) -> None:
     primary[slot] = pattern(seed)
 
 
+def flip_byte(tier: FileSystemTier, k: OffloadKey, offset: int, mask: int) -> None:
+    """Damages ``k``'s chunk file behind ``tier``'s back: the byte at
+    ``offset`` XOR ``mask``."""
+    path = tier.path_of(k)
+    assert path is not None
+    data = bytearray(path.read_bytes())
+    data[offset] ^= mask
+    path.write_bytes(data)
+
+
 def wait_until(condition: Callable[[], bool], seconds: float = 10) -> bool:
     done = threading.Event()
     for _ in range(int(seconds / 0.005)):
@@ -583,8 +593,7 @@ def test_a_damaged_file_is_a_failed_load(
     assert path is not None
     data = bytearray(path.read_bytes())
     if damage == "flip-a-byte":
-        data[CHUNK // 2] ^= 0xFF
-        path.write_bytes(data)
+        flip_byte(tier, key(1), CHUNK // 2, 0xFF)
     elif damage == "truncate":
         path.write_bytes(data[: CHUNK // 2])
     elif damage == "extend":
@@ -671,9 +680,7 @@ def test_direct_io_round_trips_and_still_checks(tmp_path: Path) -> None:
         assert finished(tier) == {1: TierJobResult(1, True)}
         path = tier.path_of(key(1))
         assert path is not None and path.stat().st_size == 8192
-        data = bytearray(path.read_bytes())
-        data[100] ^= 1
-        path.write_bytes(data)
+        flip_byte(tier, key(1), 100, 1)
         memory[:] = 0
         load(tier, 2, [key(0), key(1), key(2)], [5, 6, 7])
         assert finished(tier) == {2: TierJobResult(2, False, frozenset({key(0), key(2)}))}
@@ -913,11 +920,7 @@ def test_chunks_check_whichever_library_wrote_them(
     writer.shutdown()
     reader = open_tier(not writer_fast)
     try:
-        path = reader.path_of(key(1))
-        assert path is not None
-        data = bytearray(path.read_bytes())
-        data[3] ^= 0x10
-        path.write_bytes(data)
+        flip_byte(reader, key(1), 3, 0x10)
         primary[:] = 0
         load(reader, 2, [key(0), key(1), key(2)], [5, 6, 7])
         assert finished(reader) == {2: TierJobResult(2, False, frozenset({key(0), key(2)}))}
