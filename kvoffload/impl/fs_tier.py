@@ -101,6 +101,12 @@ DIRECT_ALIGNMENT = 4096
 """Alignment ``O_DIRECT`` needs of buffers, sizes and offsets (bytes)."""
 _O_DIRECT: int = getattr(os, "O_DIRECT", 0)
 
+DEFAULT_THREADS = 16
+"""The pool threads of a tier built without ``num_threads``."""
+
+VERIFY_LOADS = ("reopened", "always")
+"""The values of :class:`FileSystemTier`'s ``verify_loads`` option."""
+
 
 class FsyncPolicy(enum.Enum):
     """When a store forces its bytes to the disk.
@@ -383,13 +389,26 @@ class FileSystemTier:
       ``"arc"``) choosing which stored chunks a store evicts. Chunks being
       stored or loaded are never evicted.
     - ``num_threads``: pool threads doing the copies, checksums and file
-      I/O (default: twice the CPUs, at least 4 and at most 16; the count
-      bounds the I/Os in flight).
+      I/O (default :data:`DEFAULT_THREADS`, 16; the count bounds the I/Os
+      in flight). A thread takes its share of the queued load items at
+      once (a whole job when many are queued), store items one by one.
     - ``fsync`` (``"none"``): see :class:`FsyncPolicy`.
     - ``checksum`` (True): record a CRC-32 of each chunk (in its file
-      name) and verify it on load. Without it a load checks the length only.
-      :attr:`crc32_source` says which library computes it (libdeflate where
-      the system has it, else zlib; the same values).
+      name) and verify it on load (see ``verify_loads``). Without it a load
+      checks the length only. :attr:`crc32_source` says which library
+      computes it (libdeflate where the system has it, else zlib; the same
+      values).
+    - ``verify_loads`` (``"reopened"``): which loads verify the CRC-32.
+      ``"reopened"``: the chunks found when the directory was opened, on
+      their first load (a chunk that verified is trusted afterwards). They
+      are the ones a crash or a power loss can have left wrong (a recycled
+      file whose new bytes never reached the disk holds an evicted chunk's
+      bytes at the right length). A chunk this tier wrote and renamed
+      itself is read back from the same file system in the same run, in a
+      directory no other tier may open. ``"always"``: every load verifies
+      (catches damage by a process outside the tier, or by the disk,
+      during the run; it costs a read of every byte, about a third of a
+      256 KiB load's CPU here: docs/PERFORMANCE.md).
     - ``direct_io`` (True): read and write with ``O_DIRECT`` (bypassing the
       page cache) where the file system supports it, the chunk size is a
       multiple of 4096 and the primary view is 4096-aligned; buffered I/O
@@ -434,6 +453,7 @@ class FileSystemTier:
         checksum: bool = True,
         direct_io: bool = True,
         recycle_files: bool = True,
+        verify_loads: str = "reopened",
         enable_events: bool = False,
         medium: str = "DISK",
         block_size: int = 0,
@@ -458,7 +478,14 @@ class FileSystemTier:
             raise ConfigurationError(f"medium must be a non-empty str, got {medium!r}")
         if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 0:
             raise ConfigurationError(f"block_size must be an int >= 0, got {block_size!r}")
+        if verify_loads not in VERIFY_LOADS:
+            raise ConfigurationError(
+                f"verify_loads must be one of {', '.join(map(repr, VERIFY_LOADS))}, "
+                f"got {verify_loads!r}"
+            )
         self._checksum = checksum
+        self.verify_loads: str = verify_loads
+        self._verify_always = verify_loads == "always"
         self.crc32_source: str = CRC32_SOURCE
         self._crc32_at = _FAST_CRC32
         self.spreads_shards = False
@@ -485,6 +512,7 @@ class FileSystemTier:
         self._in_flight = 0
         self._load_queue: deque[_Job] = deque()
         self._store_queue: deque[_Job] = deque()
+        self._queued_loads = 0  # items of the load queue no thread has taken
         self._results: list[TierJobResult] = []
         self._events: list[OffloadingEvent] = []
         self._closed = False
@@ -840,6 +868,8 @@ class FileSystemTier:
         entry.pending += len(entry.items)
         if entry.items:  # (a job that evicted has items: evictions make room for them)
             queue.append(entry)
+            if entry.promotion:
+                self._queued_loads += len(entry.items)
             self._cond.notify(len(entry.items))
         if entry.pending == 0:
             self._finish(entry)
@@ -861,33 +891,51 @@ class FileSystemTier:
                 )
                 queue = first if first else second
                 entry = queue[0]
-                item = entry.items[entry.next_item]
-                entry.next_item += 1
-                last = entry.next_item == len(entry.items)
-                if last:
-                    queue.popleft()
-                # the files of chunks this job evicted: each store item
-                # recycles one (a job evicts at most one chunk per item);
-                # without recycling they are removed before the job writes
-                recycled: str | None = None
-                doomed = entry.doomed
-                if doomed and self._recycle and not entry.promotion:
-                    recycled = doomed.pop()
-                    doomed = []
-                    if last:
-                        doomed, entry.doomed = entry.doomed, []
+                if entry.promotion:
+                    batch = self._take_loads(entry)
+                    if entry.next_item == len(entry.items):
+                        queue.popleft()
                 else:
-                    entry.doomed = []
+                    item = entry.items[entry.next_item]
+                    entry.next_item += 1
+                    last = entry.next_item == len(entry.items)
+                    if last:
+                        queue.popleft()
+                    # the files of chunks this job evicted: each store item
+                    # recycles one (a job evicts at most one chunk per item);
+                    # without recycling they are removed before the job writes
+                    recycled: str | None = None
+                    doomed = entry.doomed
+                    if doomed and self._recycle:
+                        recycled = doomed.pop()
+                        doomed = []
+                        if last:
+                            doomed, entry.doomed = entry.doomed, []
+                    else:
+                        entry.doomed = []
+            if entry.promotion:
+                done = [(item, self._load(item)) for item in batch]
+                with cond:
+                    for item, ok in done:
+                        self._load_done(entry, item, ok)
+                continue
             for victim in doomed:
                 self._remove_quietly(victim)
-            if entry.promotion:
-                ok = self._load(item)
-                with cond:
-                    self._load_done(entry, item, ok)
-            else:
-                written = self._store(item, recycled)
-                with cond:
-                    self._store_done(entry, item, written)
+            written = self._store(item, recycled)
+            with cond:
+                self._store_done(entry, item, written)
+
+    def _take_loads(self, entry: _Job) -> list[_Item]:
+        """The next items of promotion ``entry`` for one pool thread (lock
+        held): its share of the queued load items, so that a thread takes a
+        whole job when many are queued (fewer hand-offs) and the threads
+        split a lone job."""
+        share = -(-self._queued_loads // self.num_threads)
+        start = entry.next_item
+        end = min(len(entry.items), start + max(1, share))
+        entry.next_item = end
+        self._queued_loads -= end - start
+        return entry.items[start:end]
 
     @staticmethod
     def _remove_quietly(path: str) -> None:
@@ -955,7 +1003,8 @@ class FileSystemTier:
         key, block = item.key, item.block
         ok = path is not None
         if path is not None:
-            self._file_of[key] = (path, _parse_checksum(path))
+            # a chunk written in this run is verified on load only when asked
+            self._file_of[key] = (path, _parse_checksum(path) if self._verify_always else None)
             block.ref_cnt = 0
             if self._policy.tracks_unpinning():
                 self._policy.blocks_unpinned([key])
@@ -977,6 +1026,8 @@ class FileSystemTier:
         current = self._blocks.get(key)
         if ok:
             entry.ok.add(key)
+            if item.checksum is not None and current is block and not self._verify_always:
+                self._file_of[key] = (item.path, None)  # verified once: trusted
         elif current is block:
             # a corrupt or missing file: the key is not readable any more
             self._policy.remove(key)
@@ -1063,9 +1114,12 @@ def _check_view(view: object) -> tuple[memoryview, int, int]:
 
 
 def default_num_threads() -> int:
-    """Pool threads of a tier built without ``num_threads``: twice the
-    CPUs, at least 4, at most 16."""
-    return min(16, max(4, 2 * (os.cpu_count() or 1)))
+    """Pool threads of a tier built without ``num_threads``: 16, whatever
+    the CPUs. A thread mostly waits on the disk, and the count bounds the
+    I/Os in flight: at 256 KiB chunks 4 threads left the disk idle between
+    requests (docs/PERFORMANCE.md, "File tier"); vLLM's fs tier runs 16 per
+    direction."""
+    return DEFAULT_THREADS
 
 
 def _fsync_policy(value: object) -> FsyncPolicy:

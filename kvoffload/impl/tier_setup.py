@@ -7,7 +7,8 @@ list of dicts, each with a ``type`` and that tier's own parameters.
 - ``"fs"``: :class:`~kvoffload.impl.fs_tier.FileSystemTier`. ``directory``
   (required), its size as ``capacity_blocks`` (chunks) or ``capacity_bytes``
   (exactly one), and any of its options (``cache_policy``, ``num_threads``,
-  ``fsync``, ``checksum``, ``direct_io``, ``recycle_files``, ``medium``).
+  ``fsync``, ``checksum``, ``verify_loads``, ``direct_io``, ``recycle_files``,
+  ``medium``).
 - ``"memory"``: :class:`~kvoffload.impl.memtier.MemoryTier`, sized the same
   way; options ``medium``.
 - any other ``type`` with ``module_path``: ``getattr(import_module(
@@ -61,7 +62,16 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 _FS_OPTIONS = frozenset(
-    {"cache_policy", "num_threads", "fsync", "checksum", "direct_io", "recycle_files", "medium"}
+    {
+        "cache_policy",
+        "num_threads",
+        "fsync",
+        "checksum",
+        "verify_loads",
+        "direct_io",
+        "recycle_files",
+        "medium",
+    }
 )
 _MEMORY_OPTIONS = frozenset({"medium"})
 

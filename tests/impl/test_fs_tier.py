@@ -24,6 +24,7 @@ from kvoffload import (
     TransferError,
 )
 from kvoffload.impl import fs_tier
+from kvoffload.impl.block import BlockStatus
 from kvoffload.spec.contract import LookupResult, OffloadingEvent, RequestOffloadingContext
 from kvoffload.spec.keys import OffloadKey, make_offload_key
 from kvoffload.spec.tier_contract import SecondaryTier, TierJob, TierJobResult
@@ -432,6 +433,8 @@ def test_a_malformed_primary_view_is_refused(tmp_path: Path, view: Callable[[], 
         {"num_threads": 0},
         {"checksum": "yes"},
         {"recycle_files": 1},
+        {"verify_loads": "sometimes"},
+        {"verify_loads": True},
         {"block_size": -1},
     ],
 )
@@ -583,7 +586,7 @@ def test_a_damaged_file_is_a_failed_load(
 ) -> None:
     if damage == "flip-a-byte" and not checksum:
         pytest.skip("a flipped payload byte is caught by the checksum only")
-    tier = make_tier(enable_events=True, checksum=checksum)
+    tier = make_tier(enable_events=True, checksum=checksum, verify_loads="always")
     fill(primary, 0, 1)
     fill(primary, 1, 2)
     store(tier, 1, [key(1), key(2)], [0, 1])
@@ -612,6 +615,40 @@ def test_a_damaged_file_is_a_failed_load(
     load(tier, 4, [key(1)], [7])
     assert finished(tier) == {4: TierJobResult(4, True)}
     assert np.array_equal(primary[7], pattern(1))
+
+
+def test_by_default_reopened_chunks_are_verified_once(
+    make_tier: Callable[..., FileSystemTier], primary: Primary, tmp_path: Path
+) -> None:
+    """``verify_loads="reopened"`` (the default): a chunk found when the
+    directory is opened is checked on its first load (a flipped byte fails
+    it), then trusted; a chunk written in this run is not checked."""
+    writer = make_tier()
+    for i in range(3):
+        fill(primary, i, i)
+    store(writer, 1, [key(0), key(1), key(2)], [0, 1, 2])
+    assert finished(writer) == {1: TierJobResult(1, True)}
+    writer.shutdown()
+    tier = make_tier()
+    assert tier.verify_loads == "reopened"
+    flip_byte(tier, key(1), 3, 0x10)
+    primary[:] = 0
+    load(tier, 2, [key(0), key(1), key(2)], [5, 6, 7])
+    assert finished(tier) == {2: TierJobResult(2, False, frozenset({key(0), key(2)}))}
+    assert np.array_equal(primary[5], pattern(0)) and np.array_equal(primary[7], pattern(2))
+    assert not hit(tier, key(1))
+    # key(0) verified once: trusted from now on, as chunks written in this run are
+    assert tier._file_of[key(0)][1] is None
+    fill(primary, 3, 3)
+    store(tier, 3, [key(3)], [3])
+    assert finished(tier) == {3: TierJobResult(3, True)}
+    assert tier._file_of[key(3)][1] is None
+    flip_byte(tier, key(3), 3, 0x10)  # damage during the run: not checked by default
+    load(tier, 4, [key(3)], [6])
+    assert finished(tier) == {4: TierJobResult(4, True)}
+    expected = pattern(3)
+    expected[3] ^= 0x10
+    assert np.array_equal(primary[6], expected)
 
 
 def test_reopen_drops_files_of_the_wrong_length(
@@ -670,7 +707,7 @@ def aligned_primary(slots: int, chunk: int) -> Primary:
 
 def test_direct_io_round_trips_and_still_checks(tmp_path: Path) -> None:
     memory = aligned_primary(8, 8192)
-    tier = FileSystemTier(tmp_path / "t", 4, memory.data)
+    tier = FileSystemTier(tmp_path / "t", 4, memory.data, verify_loads="always")
     try:
         if not tier.direct_io:
             pytest.skip("this file system refuses O_DIRECT")
@@ -748,11 +785,27 @@ def test_jobs_shaped_like_vllms_transfer_job(
     assert np.array_equal(primary[4], pattern(42))
 
 
-def test_default_thread_count_follows_the_cpus(make_tier: Callable[..., FileSystemTier]) -> None:
+def test_default_thread_count(make_tier: Callable[..., FileSystemTier]) -> None:
     tier = make_tier()
-    assert tier.num_threads == fs_tier.default_num_threads()
-    assert 4 <= tier.num_threads <= 16
+    assert tier.num_threads == fs_tier.default_num_threads() == fs_tier.DEFAULT_THREADS == 16
     assert len(tier._threads) == tier.num_threads
+
+
+def test_one_thread_splits_a_lone_load_job_with_the_others(
+    make_tier: Callable[..., FileSystemTier], primary: Primary
+) -> None:
+    """A thread takes its share of the queued load items: one job of 8
+    items on 4 threads is 2 items each; many jobs are a whole job each."""
+    tier = make_tier(capacity=64, num_threads=4)
+    entry = fs_tier._Job(1, [], promotion=True)
+    entry.items = [fs_tier._Item(key(i), i, BlockStatus(i)) for i in range(8)]
+    with tier._lock:
+        tier._queued_loads = 8
+        assert [it.chunk_id for it in tier._take_loads(entry)] == [0, 1]
+        tier._queued_loads = 64
+        assert [it.chunk_id for it in tier._take_loads(entry)] == [2, 3, 4, 5, 6, 7]
+        assert tier._queued_loads == 58
+        assert tier._take_loads(entry) == []
 
 
 # --- recycled files (recycle_files=True, the default) ----------------------------

@@ -60,6 +60,11 @@ def failing_writer(original: Any) -> Any:
 
 
 class FileTierMachine(RuleBasedStateMachine):
+    """The file tier with ``verify_loads="always"``: damage during the run
+    is caught (:class:`ReopenedFileTierMachine`: the default)."""
+
+    VERIFY_LOADS = "always"
+
     def __init__(self) -> None:
         super().__init__()
         # every write goes through a writer that can die midway (restored in teardown)
@@ -75,7 +80,12 @@ class FileTierMachine(RuleBasedStateMachine):
 
     def open(self) -> FileSystemTier:
         return FileSystemTier(
-            self.directory, CAPACITY, self.primary.data, num_threads=2, enable_events=True
+            self.directory,
+            CAPACITY,
+            self.primary.data,
+            num_threads=2,
+            enable_events=True,
+            verify_loads=self.VERIFY_LOADS,
         )
 
     @initialize()
@@ -159,12 +169,20 @@ class FileTierMachine(RuleBasedStateMachine):
         key = data.draw(st.sampled_from(sorted(self.last)))
         path = self.tier.path_of(key)
         assert path is not None
+        if self.VERIFY_LOADS == "reopened":
+            # the damage this mode guards against happens while no tier runs
+            # (a crash, a power loss); the chunk is verified on its next load
+            self.tier.shutdown()
         content = bytearray(path.read_bytes())
         if how == "flip":
             content[len(content) // 3] ^= 0x5A
         else:
             del content[-7:]
         path.write_bytes(content)
+        if self.VERIFY_LOADS == "reopened":
+            self.tier = self.open()
+            self.announced = set()
+            self.apply_events()
         self.job_id += 1
         result = self.run(TierJob(self.job_id, (key,), (SLOTS - 1,), True))
         assert result == TierJobResult(self.job_id, False, None), "damaged bytes were loaded"
@@ -212,3 +230,14 @@ FileTierMachine.TestCase.settings = settings(
     suppress_health_check=[HealthCheck.too_slow],
 )
 TestFileTierMachine = FileTierMachine.TestCase
+
+
+class ReopenedFileTierMachine(FileTierMachine):
+    """The default ``verify_loads="reopened"``: chunks damaged while the
+    tier was closed are caught on their first load after the reopen."""
+
+    VERIFY_LOADS = "reopened"
+
+
+ReopenedFileTierMachine.TestCase.settings = FileTierMachine.TestCase.settings
+TestReopenedFileTierMachine = ReopenedFileTierMachine.TestCase

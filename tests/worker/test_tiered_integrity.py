@@ -554,6 +554,7 @@ class FileTierIntegrityMachine(TieredIntegrityMachine):
         tier = WitnessedFileTier(
             self.directory, self.tier_blocks, self.view, num_threads=2,
             enable_events=True, medium="TIER",
+            verify_loads="always",  # files are damaged while the tier runs
         )
         tier.model = self.model
         tier.cascaded = self.cascaded
