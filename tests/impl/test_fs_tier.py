@@ -787,7 +787,7 @@ def test_jobs_shaped_like_vllms_transfer_job(
 
 def test_default_thread_count(make_tier: Callable[..., FileSystemTier]) -> None:
     tier = make_tier()
-    assert tier.num_threads == fs_tier.default_num_threads() == fs_tier.DEFAULT_THREADS == 16
+    assert tier.num_threads == fs_tier.default_num_threads() == fs_tier.DEFAULT_THREADS == 32
     assert len(tier._threads) == tier.num_threads
 
 
