@@ -73,7 +73,7 @@ idle), and at most this many seconds. Progress, not time, ends a pause:
 on a loaded machine a thread that is runnable but not running makes no
 progress, and the window stays open until it has run."""
 
-PAUSE_TICK = 0.00005
+PAUSE_TICK = 0.0002
 """How often a paused thread looks at the others (seconds)."""
 
 _KIT = tuple(
