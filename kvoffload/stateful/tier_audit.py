@@ -13,16 +13,20 @@ holds present, polls, drains at random points, requests finished with jobs
 in flight, resets, lookups, censuses (every key looked up; capacity), and
 pauses that let the tier's threads run. Every run ends with a drain and a
 census. The first violation is shrunk (the shared delta debugging of
-:mod:`kvoffload.stateful.shrink`) into a replay script.
+:mod:`kvoffload.stateful.shrink`) into a replay script; a race with the
+tier's own threads, with the schedule of pauses that replays it every time
+(:func:`find_schedule`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import random
 import sys
 import threading
 import time
+from collections.abc import Iterable, Iterator, Sequence
 
 import attrs
 
@@ -33,7 +37,7 @@ from kvoffload.stateful.auditing import AuditReport, default_seed
 from kvoffload.stateful.drivers import run_seed
 from kvoffload.stateful.shrink import shrink_sequence
 from kvoffload.stateful.tier_harness import ROW_BYTES, TierFactory, TierHarness, TierOp
-from kvoffload.stateful.tier_noise import Noise, nap
+from kvoffload.stateful.tier_noise import Noise, Pause, Probe, Schedule, nap
 
 DEFAULT_TIER_EXAMPLES = 500
 DEFAULT_TIER_STEPS = 40
@@ -147,6 +151,16 @@ RACE_TRIES = 3
 """How many times the shrinker replays a candidate of a race (with the
 poll thread and noise) before it counts the candidate as passing."""
 
+DIRECTED_TRIES = 3
+"""How many directed replays (:class:`~kvoffload.stateful.tier_noise.Schedule`)
+of a race must each fail for its schedule to count as deterministic."""
+
+SCHEDULE_BUDGET = 10.0
+"""Seconds an audit spends at most finding and minimising a race's schedule."""
+
+RECORDINGS = 3
+"""Racing replays whose recorded pauses :func:`find_schedule` tries."""
+
 POLL_INTERVAL = 0.0002
 """Seconds between two polls of the tier-poll thread."""
 
@@ -190,6 +204,8 @@ def replay(
     *,
     poll_thread: bool = False,
     noise: random.Random | None = None,
+    recorded: list[Pause] | None = None,
+    schedule: Schedule | None = None,
 ) -> tuple[TierHarness | None, BaseException | None]:
     """Run ``ops`` on a fresh tier; the harness and the failure (None if
     all held). With ``poll_thread`` a :class:`PollThread` polls the tier
@@ -197,10 +213,20 @@ def replay(
     order they took effect (a sequential replay of that order is then
     deterministic as far as the callers go). With ``noise`` (a random
     source) the tier's code runs under :class:`~kvoffload.stateful.tier_noise.Noise`
-    from its factory to its shutdown. The tier is shut down either way."""
-    noisy = Noise(noise) if noise is not None else None
-    with noisy if noisy is not None else contextlib.nullcontext():
-        return _replay(factory, shape, ops, profile, poll_thread, noisy)
+    from its factory to its shutdown, and the pauses it made are appended to
+    ``recorded`` (when given). With ``schedule`` instead, the run is directed
+    by it: ``ops`` are its steps, on this thread (no poll thread). The tier
+    is shut down either way."""
+    if schedule is not None and (noise is not None or poll_thread):
+        raise ValueError("a directed replay (schedule) runs without noise and poll thread")
+    tracer: Noise | Schedule | None = schedule
+    if noise is not None:
+        tracer = Noise(noise)
+    with tracer if tracer is not None else contextlib.nullcontext():
+        outcome = _replay(factory, shape, ops, profile, poll_thread, tracer)
+    if recorded is not None and isinstance(tracer, Noise):
+        recorded.extend(tracer.recorded())
+    return outcome
 
 
 def _replay(
@@ -209,16 +235,19 @@ def _replay(
     ops: list[TierOp],
     profile: Profile,
     poll_thread: bool,
-    noisy: Noise | None,
+    tracer: Noise | Schedule | None,
 ) -> tuple[TierHarness | None, BaseException | None]:
     try:
         harness = make_harness(factory, shape, profile)
     except Exception as error:  # the factory itself failed
         return None, error
-    if noisy is not None and not poll_thread and not harness.tier_threads():
-        noisy.stop()  # one thread only: nothing to interleave
-    if noisy is not None and noisy.active:
-        harness.tier = noisy.wrap(harness.tier)
+    if isinstance(tracer, Noise):
+        if not poll_thread and not harness.tier_threads():
+            tracer.stop()  # one thread only: nothing to interleave
+        # a pause records the steps of both callers, in the order they took effect
+        tracer.progress = lambda: (len(harness.ops), harness.done)
+    if tracer is not None and tracer.active:
+        harness.tier = tracer.wrap(harness.tier)
     lock = threading.Lock()
     poller = PollThread(harness, lock) if poll_thread else None
     failure: BaseException | None = None
@@ -226,12 +255,14 @@ def _replay(
         if poller is not None:
             poller.start()
         for op in ops:
+            if tracer is not None:
+                tracer.before_step()
             with lock:
                 if poller is not None and poller.error is not None:
                     break
                 harness.step(op)
-            if noisy is not None:
-                noisy.stepped()
+            if tracer is not None:
+                tracer.stepped()
     except Exception as error:
         failure = error
     finally:
@@ -302,6 +333,146 @@ def _smaller(op: TierOp) -> list[TierOp]:
     ]
 
 
+Recording = tuple[list[TierOp], list[Pause]]
+"""A failing run with noise: its calls in the order they took effect and
+the pauses the noise made (:meth:`~kvoffload.stateful.tier_noise.Noise.recorded`)."""
+
+
+@attrs.frozen
+class Directed:
+    """A race replayed deterministically (:func:`find_schedule`): the calls
+    in the order they took effect, the pauses that direct the tier's threads
+    (empty: that order alone repeats it) and the last directed replay."""
+
+    ops: list[TierOp]
+    pauses: list[Pause]
+    harness: TierHarness
+    failure: BaseException
+    tries: int
+
+
+def race_recordings(
+    factory: TierFactory,
+    shape: TierRunShape,
+    ops: list[TierOp],
+    profile: Profile,
+    kind: str,
+    *,
+    poll_thread: bool,
+    runs: int = RECORDINGS,
+) -> Iterator[Recording]:
+    """Replays of ``ops`` with noise (and, with ``poll_thread``, the poll
+    thread), ``runs`` of them: the recordings of those that fail with ``kind``."""
+    for index in range(runs):
+        recorded: list[Pause] = []
+        harness, error = replay(
+            factory, shape, ops, profile, poll_thread=poll_thread,
+            noise=random.Random(RACE_TRIES + index), recorded=recorded,
+        )
+        if harness is not None and error is not None and failure_kind(error) == kind:
+            yield list(harness.ops), recorded
+
+
+def find_schedule(
+    factory: TierFactory,
+    shape: TierRunShape,
+    profile: Profile,
+    kind: str,
+    recordings: Iterable[Recording],
+    *,
+    time_budget: float = SCHEDULE_BUDGET,
+) -> Directed | None:
+    """A schedule of pauses under which a race fails with ``kind`` in each of
+    :data:`DIRECTED_TRIES` directed replays, or None.
+
+    For each recording in turn (see :func:`race_recordings`), until
+    ``time_budget`` seconds have passed, directed replays of its calls: with
+    no pause, then with each of its pauses alone (as recorded, then held
+    longer); then with all its pauses, dropping pauses (delta debugging,
+    :func:`~kvoffload.stateful.shrink.shrink_sequence`) while the replay
+    still fails every time; then with one pause at each line the tier's
+    threads reach (:class:`~kvoffload.stateful.tier_noise.Probe`), held a
+    step or two: a window the noise opened with a yield, not a pause."""
+    deadline = time.perf_counter() + time_budget
+
+    def directed(
+        order: list[TierOp], pauses: Sequence[Pause]
+    ) -> tuple[TierHarness, BaseException] | None:
+        """The last of :data:`DIRECTED_TRIES` directed replays if each
+        failed with ``kind``."""
+        last: tuple[TierHarness, BaseException] | None = None
+        for _ in range(DIRECTED_TRIES):
+            harness, error = replay(factory, shape, order, profile, schedule=Schedule(pauses))
+            if harness is None or error is None or failure_kind(error) != kind:
+                return None
+            last = harness, error
+        return last
+
+    def first(order: list[TierOp], candidates: Iterable[list[Pause]]) -> Directed | None:
+        """The first of ``candidates`` that fails every time, within the budget."""
+        for candidate in candidates:
+            if time.perf_counter() > deadline:
+                return None
+            outcome = directed(order, candidate)
+            if outcome is not None:
+                return Directed(order, candidate, outcome[0], outcome[1], DIRECTED_TRIES)
+        return None
+
+    def probed(order: list[TierOp], tried: list[Pause]) -> Iterator[list[Pause]]:
+        """One pause at each line the tier's threads reach in a replay of
+        ``order`` (the last first), held :data:`WIDER` steps."""
+        probe = Probe()
+        replay(factory, shape, order, profile, schedule=probe)
+        seen = {(pause.file, pause.line, pause.hit) for pause in tried}
+        for more in WIDER:
+            for reach in reversed(probe.reached):
+                if (reach.file, reach.line, reach.hit) not in seen:
+                    yield [attrs.evolve(reach, until=reach.after + more)]
+
+    for order, recorded in recordings:
+        if time.perf_counter() > deadline:
+            break
+        # the pauses begun before the failing call
+        pauses = [pause for pause in recorded if pause.after < len(order)]
+        found = first(order, _single_pauses(pauses))
+        if found is not None:
+            return found
+        if len(pauses) > 1 and time.perf_counter() < deadline and directed(order, pauses):
+
+            def fails(candidate: list[Pause]) -> list[Pause] | None:
+                return candidate if directed(order, candidate) is not None else None
+
+            left = max(0.0, deadline - time.perf_counter())
+            shrunk = shrink_sequence(pauses, fails, lambda pause: [], time_budget=left)
+            # a shrunk schedule that was lucky is not deterministic: checked again
+            found = first(order, [shrunk])
+            if found is not None:
+                return found
+        found = first(order, probed(order, pauses))
+        if found is not None:
+            return found
+    return None
+
+
+WIDER = (1, 2)
+"""How many more steps :func:`find_schedule` tries holding a recorded pause."""
+
+
+def _single_pauses(pauses: list[Pause]) -> Iterator[list[Pause]]:
+    """The schedules of one pause or none that :func:`find_schedule` tries
+    first: none (the calls' order alone); each recorded pause of the tier's
+    own threads as it was, the last first (a window is near the failing
+    call); then each held :data:`WIDER` steps longer than it began."""
+    yield []
+    threads = [pause for pause in reversed(pauses) if not pause.caller]
+    for pause in threads:
+        yield [pause]
+    for more in WIDER:
+        for pause in threads:
+            until = max(pause.until, pause.after) + more
+            yield [attrs.evolve(pause, until=until, end="steps")]
+
+
 def audit_tier(
     factory: TierFactory,
     *,
@@ -341,6 +512,7 @@ def audit_tier(
     failing: tuple[TierRunShape, list[TierOp]] | None = None
     driver = DRIVER
     failed_harness: TierHarness | None = None
+    failed_pauses: list[Pause] = []
     switch_interval = sys.getswitchinterval()
     sys.setswitchinterval(SWITCH_INTERVAL)
     try:
@@ -353,8 +525,9 @@ def audit_tier(
                 rng, shape, rng.randint(max(4, steps // 4), steps), profile.tier_disk_faults
             )
             threaded = index % POLL_THREAD_EVERY == POLL_THREAD_EVERY - 1
+            recorded: list[Pause] = []
             harness, error = replay(
-                factory, shape, ops, profile, poll_thread=threaded, noise=rng
+                factory, shape, ops, profile, poll_thread=threaded, noise=rng, recorded=recorded
             )
             done_runs += 1
             done_steps += len(harness.trace) if harness is not None else 0
@@ -363,6 +536,7 @@ def audit_tier(
                 driver = DRIVER + (" + poll thread" if threaded else "")
                 failing = (shape, list(harness.ops) if harness is not None else [])
                 failed_harness = harness
+                failed_pauses = recorded
                 break
     finally:
         sys.setswitchinterval(switch_interval)
@@ -385,12 +559,14 @@ def audit_tier(
         candidate: list[TierOp], racing: bool
     ) -> tuple[TierHarness | None, BaseException | None]:
         """A replay of ``candidate``: sequential, or (``racing``) with the
-        poll thread and noise, up to :data:`RACE_TRIES` times until it fails
-        as the audit's run did."""
+        poll thread (when the audit's run had it) and noise, up to
+        :data:`RACE_TRIES` times until it fails as the audit's run did."""
         outcome: tuple[TierHarness | None, BaseException | None] = (None, None)
         for attempt_index in range(RACE_TRIES if racing else 1):
             noise = random.Random(attempt_index) if racing else None
-            outcome = replay(factory, shape, candidate, profile, poll_thread=racing, noise=noise)
+            outcome = replay(
+                factory, shape, candidate, profile, poll_thread=racing and threaded, noise=noise
+            )
             if outcome[1] is not None and failure_kind(outcome[1]) == kind:
                 break
         return outcome
@@ -404,18 +580,34 @@ def audit_tier(
         # the calls that took effect (with a poll thread: its polls too)
         return list(harness.ops) if racing else candidate[: len(harness.trace)]
 
+    threaded = driver != DRIVER
     harness, shrunk = replay(factory, shape, ops, profile)
     # a race with the tier's own threads that a sequential replay does not
-    # repeat shrinks with the poll thread and noise, a few tries a candidate
-    racing = (shrunk is None or failure_kind(shrunk) != kind) and driver != DRIVER
+    # repeat shrinks with noise (and the poll thread if the run had it), a
+    # few tries a candidate
+    racing = (shrunk is None or failure_kind(shrunk) != kind) and failed_harness is not None
     if failing[1]:
         ops = shrink_sequence(ops, fails, _smaller)
     harness, shrunk = attempt(ops, racing)
     note = ""
-    if racing:
+    pauses: list[Pause] | None = None
+    if racing and failed_harness is not None:
+        # the shrunk calls' races first (a shorter script), then the audit's own run
+        recordings = itertools.chain(
+            race_recordings(factory, shape, ops, profile, kind, poll_thread=threaded)
+            if shrunk is not None and failure_kind(shrunk) == kind
+            else (),
+            [(list(failed_harness.ops), failed_pauses)],
+        )
+        found = find_schedule(factory, shape, profile, kind, recordings)
+        if found is not None:
+            harness, shrunk, pauses = found.harness, found.failure, found.pauses
+            note = _directed_note(found)
+    if racing and pauses is None:
         note = (
             " (a race with the tier's own threads: the replay makes the callers' "
-            "interleaving deterministic, the tier's threads may need a few runs)"
+            "interleaving deterministic, the tier's threads may need a few runs; "
+            "no schedule of pauses repeated it in every directed replay)"
         )
     if shrunk is None or failure_kind(shrunk) != kind:
         # not repeated: report the calls of the audit's run in the order they
@@ -426,7 +618,7 @@ def audit_tier(
         message = f"invariant {invariant.label}: {shrunk.reason}{note}"
     else:
         message = f"the tier raised {type(shrunk).__name__}: {shrunk}{note}"
-    script = harness.script(factory_import, message) if harness is not None else None
+    script = harness.script(factory_import, message, pauses or None) if harness is not None else None
     return attrs.evolve(
         report,
         passed=False,
@@ -438,13 +630,32 @@ def audit_tier(
     )
 
 
+def _directed_note(found: Directed) -> str:
+    """What the report says of a race replayed deterministically."""
+    if not found.pauses:
+        return (
+            " (a race with the tier's own threads; the calls in the order they took "
+            f"effect repeat it: it failed in each of {found.tries} replays)"
+        )
+    return (
+        " (a race with the tier's own threads, replayed deterministically: the replay "
+        + "; ".join(f"pauses {pause.describe()}" for pause in found.pauses)
+        + f"; it failed in each of {found.tries} directed replays)"
+    )
+
+
 __all__ = [
     "DEFAULT_TIER_EXAMPLES",
     "DEFAULT_TIER_STEPS",
+    "DIRECTED_TRIES",
+    "Directed",
+    "Recording",
     "TierRunShape",
     "audit_tier",
     "draw_ops",
     "draw_shape",
+    "find_schedule",
+    "race_recordings",
     "replay",
 ]
 

@@ -29,7 +29,7 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import attrs
@@ -45,7 +45,7 @@ from kvoffload.spec.tier_model import (
     chunk_pattern,
 )
 from kvoffload.spec.violations import Invariant, SpecViolation
-from kvoffload.stateful.tier_noise import nap
+from kvoffload.stateful.tier_noise import Pause, nap
 
 TierFactory = Callable[[int, memoryview], Any]
 """``factory(capacity_blocks, primary_kv_view) -> tier`` (taken structurally)."""
@@ -222,6 +222,8 @@ class TierHarness:
     (:meth:`_landed`): slot and key."""
     trace: list[str] = attrs.field(init=False, factory=list)
     ops: list[TierOp] = attrs.field(init=False, factory=list)
+    done: int = attrs.field(init=False, default=0)
+    """Steps completed (``ops`` are those started)."""
     next_job: int = 0
     versions: dict[OffloadKey, int] = attrs.field(init=False, factory=dict)
     stored_ever: set[OffloadKey] = attrs.field(init=False, factory=set)
@@ -414,6 +416,7 @@ class TierHarness:
         getattr(self, op.method)(*op.args)
         self.check_rows()
         self.check_pending_work()
+        self.done += 1
 
     def check_pending_work(self) -> None:
         """``T6``: while a job is unreported (in flight, or its result not
@@ -888,32 +891,62 @@ class TierHarness:
 
     # --- the replay script --------------------------------------------------
 
-    def script(self, factory_import: str | None, failure: str) -> str:
+    def script(
+        self, factory_import: str | None, failure: str, schedule: Sequence[Pause] | None = None
+    ) -> str:
         """The trace as a Python script: each step a call of this class's
-        method; the last one raises the violation."""
+        method; the last one raises the violation. With ``schedule`` (a race
+        with the tier's own threads, directed: :class:`~kvoffload.stateful.tier_noise.Schedule`)
+        the calls run as the steps of that schedule, so that the script
+        replays the run's interleaving, not only its calls."""
         if factory_import:
             module, _, name = factory_import.partition(":")
             head = f"from {module} import {name} as factory"
         else:
             head = "from your_module import factory  # the audited factory"
-        lines = [
-            "# Replays a secondary-tier failure found by `kvoffload audit --tier`.",
-            head,
-            "from kvoffload.stateful.tier_harness import TierHarness",
-            "",
-            f"t = TierHarness(factory, capacity={self.capacity}, rows={self.rows}, "
+        build = (
+            f"TierHarness(factory, capacity={self.capacity}, rows={self.rows}, "
             f"num_keys={self.num_keys}, row_bytes={self.row_bytes}, bounded={self.bounded}, "
             f"stale_misses={self.stale_misses}, pending_work={self.pending_work}, "
             f"loads_succeed={self.loads_succeed}, evicts_on_store={self.evicts_on_store}, "
-            f"own_temp={self.own_temp})",
-            "try:",
-            *[f"    {line}" for line in self.trace],
-            "    t.check_rows()",
-            "    raise SystemExit('the failure did not recur (a race: run the script again)')",
-            "finally:",
-            "    t.close()",
-            f"# expected: {failure}",
-        ]
+            f"own_temp={self.own_temp})"
+        )
+        lines = ["# Replays a secondary-tier failure found by `kvoffload audit --tier`.", head]
+        lines.append("from kvoffload.stateful.tier_harness import TierHarness")
+        if schedule is None:
+            lines += [
+                "",
+                f"t = {build}",
+                "try:",
+                *[f"    {line}" for line in self.trace],
+                "    t.check_rows()",
+                "    raise SystemExit('the failure did not recur (a race: run the script again)')",
+                "finally:",
+                "    t.close()",
+            ]
+        else:
+            lines += [
+                "from kvoffload.stateful.tier_noise import Pause, Schedule",
+                "",
+                "# A race with the tier's own threads, replayed deterministically: the",
+                "# thread that reaches a listed line for the listed time (hit) pauses",
+                "# there until the call numbered `until` below has returned (counting",
+                "# from 1), and the call after `after` waits until it is paused. No other",
+                "# delays: the failure recurs on every run.",
+                "schedule = Schedule([",
+                *[f"    {pause.render()}," for pause in schedule],
+                "])",
+                "with schedule:",
+                f"    h = {build}",
+                "    t = schedule.drive(h)  # each call of t is one step of the schedule",
+                "    try:",
+                *[f"        {line}" for line in self.trace],
+                "        h.check_rows()",
+                "        raise SystemExit('the failure did not recur: ' + schedule.verdict())",
+                "    finally:",
+                "        h.close()",
+            ]
+        lines.append(f"# expected: {failure}")
         return "\n".join(lines) + "\n"
 
 

@@ -18,6 +18,14 @@ Traced are the threads started while the noise is on (``threading.settrace``:
 the tier's own threads) and the callers' threads while they are inside a
 tier call (:meth:`Noise.wrap`), not the kit's own code between calls, whose
 tracing would cost more than the tier's.
+
+Every pause the noise makes is recorded (:class:`Pause`: where, which time
+that line was reached, and the steps it spanned), and :class:`Schedule`
+replays a list of them with no noise at all: each listed pause *directed*
+(the thread reaching the line for that time pauses until the caller has
+completed the listed step, and the caller waits for it to be paused before
+the step it opened the window for), so that a race the noise entered by
+chance replays the same way every time.
 """
 
 from __future__ import annotations
@@ -28,9 +36,11 @@ import sys
 import sysconfig
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from types import FrameType, TracebackType
-from typing import Any
+from typing import Any, Literal
+
+import attrs
 
 YIELD_RATE = 0.05
 """The fraction of traced lines before which the thread yields."""
@@ -115,37 +125,133 @@ def _thread_state(native_id: int) -> str | None:
     return text[text.rfind(b")") + 2 : text.rfind(b")") + 3].decode("ascii", "replace")
 
 
-class Noise:
-    """A context manager: while active, the tier's code (see the module
-    docstring) runs with random delays and pauses, on every thread started
-    meanwhile and, through :meth:`wrap`, on the callers' threads inside
-    the tier's methods. ``rng``: the run's random source."""
+PauseEnd = Literal["steps", "lines", "stalled", "bound", "stopped"]
+"""What ended a recorded pause: the caller's steps, the other threads'
+lines, every other thread stalled, :data:`PAUSE_BOUND`, the noise stopped."""
 
-    def __init__(self, rng: random.Random) -> None:
-        self.rng = random.Random(rng.random())
+_ENDS: tuple[PauseEnd, ...] = ("steps", "lines", "stalled", "bound", "stopped")
+
+SCHEDULE_BOUND = 2.0
+"""The longest a :class:`Schedule` holds a thread, or waits for one to
+reach its pause (seconds): a safety bound, never what ends a pause that
+goes as recorded; when it is hit, :meth:`Schedule.verdict` says so."""
+
+STALL_LOOKS = 20
+"""A :class:`Schedule` takes the other threads for stalled when this many
+looks in a row, :data:`PAUSE_TICK` apart, found each of them asleep in the
+kernel at the very same instruction (a thread waiting for the interpreter
+lock sleeps too, but runs as soon as the looker sleeps)."""
+
+
+def _tier_code(filename: str) -> bool:
+    """Whether ``filename`` is the tier's code: outside the standard library
+    and the kit's own ``kvoffload/spec`` and ``kvoffload/stateful``."""
+    path = os.path.abspath(filename)
+    return not (filename.startswith("<") or path.startswith(_KIT) or path.startswith(_STDLIB))
+
+
+def _ordinal(number: int) -> str:
+    suffixes = {1: "st", 2: "nd", 3: "rd"}
+    suffix = "th" if 10 <= number % 100 <= 20 else suffixes.get(number % 10, "th")
+    return f"{number}{suffix}"
+
+
+def script_path(filename: str) -> str:
+    """``filename`` as a script names it: relative to the current directory
+    or an entry of ``sys.path`` where it lies under one (the shortest such
+    path), else absolute. :class:`Schedule` matches it as the end of a path."""
+    path = os.path.abspath(filename)
+    best = path
+    for root in (os.getcwd(), *sys.path):
+        if not root:
+            continue
+        base = os.path.abspath(root) + os.sep
+        if path.startswith(base) and len(path) - len(base) < len(best):
+            best = path[len(base) :]
+    return best
+
+
+def _positive(instance: object, attribute: attrs.Attribute[int], value: int) -> None:
+    if value < 1:
+        raise ValueError(f"Pause.{attribute.name} must be at least 1, not {value}")
+
+
+def _not_negative(instance: object, attribute: attrs.Attribute[int], value: int) -> None:
+    if value < 0:
+        raise ValueError(f"Pause.{attribute.name} must not be negative, not {value}")
+
+
+@attrs.frozen
+class Pause:
+    """One pause of a run, as :class:`Noise` records it and :class:`Schedule`
+    replays it.
+
+    The thread that reached line ``line`` of ``file`` for the ``hit``-th time
+    (counted over all threads; the callers' and the tier's own threads apart,
+    ``caller``) paused there when ``after`` of the run's steps had started,
+    until ``until`` had completed. Steps are the run's calls in the order
+    they took effect (with a tier-poll thread, its polls too). ``end``:
+    what ended it when it was recorded (:data:`PauseEnd`); ``thread``: the
+    paused thread's name, for the reader. ``file`` may be the end of a path
+    (``tests/blind_tiers/thread_worker.py`` names that file wherever it lies).
+    """
+
+    file: str
+    line: int = attrs.field(validator=_positive)
+    hit: int = attrs.field(default=1, validator=_positive)
+    after: int = attrs.field(default=0, validator=_not_negative)
+    until: int = attrs.field(default=0, validator=_not_negative)
+    caller: bool = False
+    end: PauseEnd = attrs.field(default="steps", validator=attrs.validators.in_(_ENDS))
+    thread: str = ""
+
+    def render(self) -> str:
+        """The pause as a script writes it (defaults left out)."""
+        parts = [repr(script_path(self.file)), str(self.line), f"hit={self.hit}"]
+        parts += [f"after={self.after}", f"until={self.until}"]
+        if self.caller:
+            parts.append("caller=True")
+        if self.end != "steps":
+            parts.append(f"end={self.end!r}")
+        if self.thread:
+            parts.append(f"thread={self.thread!r}")
+        return f"Pause({', '.join(parts)})"
+
+    def describe(self) -> str:
+        """In words: ``thread-tier at thread_worker.py:187 (the 2nd time)
+        until step 7``."""
+        who = self.thread or ("the caller" if self.caller else "a thread of the tier")
+        where = f"{os.path.basename(self.file)}:{self.line} (the {_ordinal(self.hit)} time)"
+        if self.end == "steps":
+            return f"{who} at {where} from step {self.after + 1} until step {self.until}"
+        return (
+            f"{who} at {where} from step {self.after + 1} until the others stall "
+            f"(or step {self.until + 1})"
+        )
+
+
+_Recorded = tuple[tuple[str, int, bool], int, int, int, PauseEnd, str]
+
+
+class _Tracing:
+    """What :class:`Noise` and :class:`Schedule` share: a trace function on
+    the threads started while active and, through :meth:`wrap`, on the
+    callers inside the tier's methods."""
+
+    def __init__(self) -> None:
         self.traced: dict[str, bool] = {}
-        self.hot: dict[tuple[str, int, bool], int] = {}
         self.callers: set[int] = set()
         """Idents of the threads that called the tier (:meth:`wrap`)."""
         self.saved: Any = None
         self.active = False
-        self.lines = 0
-        """Lines of the tier's code run so far (all threads)."""
         self.bystanders: set[threading.Thread] = set()
-        """Threads already running when the noise began (another run's
+        """Threads already running when the tracing began (another run's
         leftovers): not part of this run, never waited for."""
         self.steps = 0
         """The caller's steps completed so far (:meth:`stepped`)."""
 
     def _wanted(self, filename: str) -> bool:
-        wanted = self.traced.get(filename)
-        if wanted is None:
-            path = os.path.abspath(filename)
-            wanted = not (
-                filename.startswith("<") or path.startswith(_KIT) or path.startswith(_STDLIB)
-            )
-            self.traced[filename] = wanted
-        return wanted
+        raise NotImplementedError
 
     def _call(self, frame: FrameType, event: str, arg: Any) -> Tracer | None:
         if event == "call" and self.active and self._wanted(frame.f_code.co_filename):
@@ -153,57 +259,10 @@ class Noise:
         return None
 
     def _line(self, frame: FrameType, event: str, arg: Any) -> Tracer:
-        if event == "line" and self.active:
-            self.lines += 1
-            caller = threading.get_ident() in self.callers
-            where = (frame.f_code.co_filename, frame.f_lineno, caller)
-            turns = self.hot.get(where)
-            if turns is None:
-                rate = HOT_RATE if caller else THREAD_HOT_RATE
-                turns = self.hot[where] = HOT_REPEATS if self.rng.random() < rate else 0
-            if turns > 0:
-                self.hot[where] = turns - 1
-                self.pause()
-                return self._line
-            roll = self.rng.random()
-            if roll < YIELD_RATE:
-                time.sleep(0)
-            elif roll < YIELD_RATE + SLEEP_RATE:
-                time.sleep(self.rng.random() * MAX_SLEEP)
-        return self._line
+        raise NotImplementedError
 
-    def pause(self) -> None:
-        """Hold the current thread until the others have made progress:
-        :data:`PAUSE_STEPS` of the caller's steps completed or :data:`PAUSE_LINES`
-        lines of the tier run elsewhere, or every other thread stalled
-        (two looks, a yield apart), or :data:`PAUSE_BOUND` seconds."""
-        me = threading.get_native_id()
-        lines, steps = self.lines, self.steps
-        want = self.rng.randint(*PAUSE_STEPS)
-        deadline = time.monotonic() + PAUSE_BOUND
-        while self.active:
-            if self._others_stalled(me):
-                time.sleep(0)  # a second look: not a moment between two runs
-                if self._others_stalled(me):
-                    return
-            time.sleep(PAUSE_TICK)
-            if self.steps - steps >= want or self.lines - lines >= PAUSE_LINES:
-                return
-            if time.monotonic() > deadline:
-                return
-
-    def _others_stalled(self, me: int) -> bool:
-        """Every other live thread of the run sleeps in the kernel, not in
-        a kit nap."""
-        for thread in threading.enumerate():
-            other = thread.native_id
-            if other is None or other == me or thread in self.bystanders:
-                continue
-            if not thread.is_alive():
-                continue
-            if other in _NAPPING or _thread_state(other) not in ("S", "D"):
-                return False
-        return True
+    def before_step(self) -> None:
+        """The caller is about to start a step."""
 
     def stepped(self) -> None:
         """The caller (the thread making the run's calls) completed a step."""
@@ -214,7 +273,7 @@ class Noise:
         thread calls them)."""
         return _NoisyTier(tier, self)
 
-    def __enter__(self) -> Noise:
+    def __enter__(self) -> _Tracing:
         self.saved = threading.gettrace()
         here = threading.current_thread()
         self.bystanders = {t for t in threading.enumerate() if t is not here}
@@ -231,16 +290,347 @@ class Noise:
         self.stop()
 
     def stop(self) -> None:
-        """No more noise, on any thread."""
+        """No more tracing, on any thread."""
         self.active = False
         threading.settrace(self.saved)
 
 
-class _NoisyTier:
-    """A tier whose methods run traced by a :class:`Noise` (see
-    :meth:`Noise.wrap`); every other attribute is the tier's own."""
+class Noise(_Tracing):
+    """A context manager: while active, the tier's code (see the module
+    docstring) runs with random delays and pauses, on every thread started
+    meanwhile and, through :meth:`wrap`, on the callers' threads inside
+    the tier's methods. ``rng``: the run's random source. Every pause is
+    recorded (:meth:`recorded`)."""
 
-    def __init__(self, tier: Any, noise: Noise) -> None:
+    def __init__(self, rng: random.Random) -> None:
+        super().__init__()
+        self.rng = random.Random(rng.random())
+        self.hot: dict[tuple[str, int, bool], int] = {}
+        self.lines = 0
+        """Lines of the tier's code run so far (all threads)."""
+        self.progress: Callable[[], tuple[int, int]] = lambda: (self.steps, self.steps)
+        """The run's steps started and completed so far, as a pause records
+        them (:class:`Pause`); the caller's own steps unless the run sets it
+        (with a tier-poll thread the steps of both callers)."""
+        self.pauses: list[_Recorded] = []
+
+    def __enter__(self) -> Noise:
+        super().__enter__()
+        return self
+
+    def _wanted(self, filename: str) -> bool:
+        wanted = self.traced.get(filename)
+        if wanted is None:
+            wanted = self.traced[filename] = _tier_code(filename)
+        return wanted
+
+    def _line(self, frame: FrameType, event: str, arg: Any) -> Tracer:
+        if event == "line" and self.active:
+            self.lines += 1
+            caller = threading.get_ident() in self.callers
+            where = (frame.f_code.co_filename, frame.f_lineno, caller)
+            turns = self.hot.get(where)
+            if turns is None:
+                rate = HOT_RATE if caller else THREAD_HOT_RATE
+                turns = self.hot[where] = HOT_REPEATS if self.rng.random() < rate else 0
+            if turns > 0:
+                self.hot[where] = turns - 1
+                # a hot line pauses the first HOT_REPEATS times it is reached
+                self.pause(where, HOT_REPEATS - turns + 1)
+                return self._line
+            roll = self.rng.random()
+            if roll < YIELD_RATE:
+                time.sleep(0)
+            elif roll < YIELD_RATE + SLEEP_RATE:
+                time.sleep(self.rng.random() * MAX_SLEEP)
+        return self._line
+
+    def pause(self, where: tuple[str, int, bool] | None = None, hit: int = 1) -> None:
+        """Hold the current thread until the others have made progress:
+        :data:`PAUSE_STEPS` of the caller's steps completed or :data:`PAUSE_LINES`
+        lines of the tier run elsewhere, or every other thread stalled
+        (two looks, a yield apart), or :data:`PAUSE_BOUND` seconds. A pause
+        at ``where`` (file, line, whether a caller) is recorded, as the
+        ``hit``-th time a thread reached it."""
+        began = self.progress()[0]
+        end = self._hold()
+        if where is not None:
+            name = threading.current_thread().name
+            self.pauses.append((where, hit, began, self.progress()[1], end, name))
+
+    def _hold(self) -> PauseEnd:
+        me = threading.get_native_id()
+        lines, steps = self.lines, self.steps
+        want = self.rng.randint(*PAUSE_STEPS)
+        deadline = time.monotonic() + PAUSE_BOUND
+        while self.active:
+            if self._others_stalled(me):
+                time.sleep(0)  # a second look: not a moment between two runs
+                if self._others_stalled(me):
+                    return "stalled"
+            time.sleep(PAUSE_TICK)
+            if self.steps - steps >= want:
+                return "steps"
+            if self.lines - lines >= PAUSE_LINES:
+                return "lines"
+            if time.monotonic() > deadline:
+                return "bound"
+        return "stopped"
+
+    def recorded(self) -> list[Pause]:
+        """The pauses made so far, in the order they began."""
+        return [
+            Pause(where[0], where[1], hit, after, until, where[2], end, name)
+            for where, hit, after, until, end, name in self.pauses
+        ]
+
+    def _others_stalled(self, me: int) -> bool:
+        """Every other live thread of the run sleeps in the kernel, not in
+        a kit nap."""
+        for thread in threading.enumerate():
+            other = thread.native_id
+            if other is None or other == me or thread in self.bystanders:
+                continue
+            if not thread.is_alive():
+                continue
+            if other in _NAPPING or _thread_state(other) not in ("S", "D"):
+                return False
+        return True
+
+
+class Schedule(_Tracing):
+    """A directed replay of recorded pauses (:class:`Pause`), with no noise:
+    a context manager that, while active, holds the thread that reaches a
+    listed line for the listed time until the caller has completed the
+    listed step (``end`` other than ``"steps"``: until the other threads
+    stall, or the step after), and makes the caller wait, before each step
+    (:meth:`before_step`), until the pauses recorded as begun by then are
+    engaged. A pause also ends when every other thread is stalled (a caller
+    waiting on the paused thread does not deadlock), and at
+    :data:`SCHEDULE_BOUND`; :meth:`verdict` says whether every pause held
+    as listed.
+
+    The caller drives it with :meth:`before_step` and :meth:`stepped` around
+    each call, or through :meth:`drive`. Build the tier inside the ``with``:
+    its threads are traced only if they start while it is active.
+    """
+
+    def __init__(self, pauses: Sequence[Pause], bound: float = SCHEDULE_BOUND) -> None:
+        super().__init__()
+        if not all(isinstance(pause, Pause) for pause in pauses):
+            raise TypeError("a Schedule lists Pause records")
+        if bound <= 0:
+            raise ValueError(f"the bound must be positive, not {bound}")
+        self.pauses = tuple(pauses)
+        self.bound = bound
+        self.engaged = [False] * len(self.pauses)
+        self.wheres: dict[tuple[str, int, bool], dict[int, int]] = {}
+        self.due: dict[int, list[int]] = {}
+        for index, pause in enumerate(self.pauses):
+            hits = self.wheres.setdefault((pause.file, pause.line, pause.caller), {})
+            if pause.hit in hits:
+                raise ValueError(f"{pause.render()} is listed twice")
+            hits[pause.hit] = index
+            self.due.setdefault(pause.after, []).append(index)
+        self.files: dict[str, str | None] = {}
+        self.hits: dict[tuple[str, int, bool], int] = {}
+        self.counting = threading.Lock()
+        self.holding: set[int] = set()
+        """Native ids of the threads this schedule holds (stalled, to the others)."""
+        self.started = 0
+        """The steps started so far (:meth:`before_step`)."""
+        self.missed: list[str] = []
+        """What did not go as listed."""
+
+    def __enter__(self) -> Schedule:
+        super().__enter__()
+        return self
+
+    def _file(self, filename: str) -> str | None:
+        """The listed file that ``filename`` is (None: none)."""
+        if filename in self.files:
+            return self.files[filename]
+        path = os.path.abspath(filename)
+        found = None
+        for file, _, _ in self.wheres:
+            name = os.path.normpath(file)
+            if path == name or path.endswith(os.sep + name):
+                found = file
+                break
+        self.files[filename] = found
+        return found
+
+    def _wanted(self, filename: str) -> bool:
+        return self._file(filename) is not None
+
+    def _line(self, frame: FrameType, event: str, arg: Any) -> Tracer:
+        if event == "line" and self.active:
+            file = self.files.get(frame.f_code.co_filename)
+            if file is not None:
+                where = (file, frame.f_lineno, threading.get_ident() in self.callers)
+                hits = self.wheres.get(where)
+                if hits is not None:
+                    with self.counting:
+                        count = self.hits[where] = self.hits.get(where, 0) + 1
+                    index = hits.get(count)
+                    if index is not None:
+                        self._hold(index)
+        return self._line
+
+    def _hold(self, index: int) -> None:
+        pause = self.pauses[index]
+        me = threading.get_native_id()
+        self.engaged[index] = True
+        self.holding.add(me)
+        try:
+            deadline = time.monotonic() + self.bound
+            quiet, last = 0, None
+            while self.active:
+                done = self.steps
+                if done > pause.until or (done == pause.until and pause.end == "steps"):
+                    return
+                look = self._look(me)
+                quiet = quiet + 1 if look is not None and look == last else 0
+                last = look
+                if quiet >= STALL_LOOKS:
+                    if pause.end == "steps":
+                        self.missed.append(
+                            f"{pause.describe()} ended at step {done}: the others stalled"
+                        )
+                    return
+                if time.monotonic() > deadline:
+                    self.missed.append(
+                        f"{pause.describe()} ended at the bound ({self.bound:g} s)"
+                    )
+                    return
+                time.sleep(PAUSE_TICK)
+        finally:
+            self.holding.discard(me)
+
+    def before_step(self) -> None:
+        """Wait until each pause recorded as begun before this step is
+        engaged (until the others stall, or :data:`SCHEDULE_BOUND`): the
+        window is open before the call that ran inside it."""
+        for index in self.due.get(self.started, ()):
+            self._await(index)
+        self.started += 1
+
+    def _await(self, index: int) -> None:
+        me = threading.get_native_id()
+        deadline = time.monotonic() + self.bound
+        quiet, last = 0, None
+        while self.active and not self.engaged[index]:
+            look = self._look(me)
+            quiet = quiet + 1 if look is not None and look == last else 0
+            last = look
+            if quiet >= STALL_LOOKS or time.monotonic() > deadline:
+                why = "the others stalled" if quiet >= STALL_LOOKS else "the bound"
+                self.missed.append(
+                    f"{self.pauses[index].describe()} was not reached before step "
+                    f"{self.started + 1} ({why})"
+                )
+                return
+            nap(PAUSE_TICK)
+
+    def _look(self, me: int) -> tuple[tuple[int, int, int], ...] | None:
+        """Where the other threads of the run are (thread, frame, instruction),
+        when each is asleep in the kernel or held by this schedule; None when
+        one is not (running, runnable, or in a kit nap)."""
+        frames = sys._current_frames()
+        seen = []
+        for thread in threading.enumerate():
+            other = thread.native_id
+            if other is None or other == me or thread in self.bystanders:
+                continue
+            if not thread.is_alive() or other in self.holding:
+                continue
+            if other in _NAPPING or _thread_state(other) not in ("S", "D"):
+                return None
+            frame = frames.get(thread.ident or 0)
+            seen.append((other, id(frame), frame.f_lasti if frame is not None else -1))
+        return tuple(seen)
+
+    def stepped(self) -> None:
+        """The caller completed a step: pauses held until it end."""
+        self.steps += 1
+
+    def drive(self, harness: Any) -> Any:
+        """``harness`` (an object whose ``tier`` is the tier, e.g. a
+        :class:`~kvoffload.stateful.tier_harness.TierHarness`) with its tier
+        traced (:meth:`wrap`), as an object each of whose method calls is one
+        step: :meth:`before_step`, the call, :meth:`stepped`."""
+        harness.tier = self.wrap(harness.tier)
+        return _Driven(harness, self)
+
+    def verdict(self) -> str:
+        """Whether every pause held as listed; if not, what went otherwise."""
+        missed = list(self.missed)
+        missed += [
+            f"{pause.describe()} was never reached"
+            for pause, engaged in zip(self.pauses, self.engaged, strict=True)
+            if not engaged and pause.after < self.started
+        ]
+        if not missed:
+            return "every pause held as listed"
+        return "; ".join(missed)
+
+
+class Probe(Schedule):
+    """A directed replay with no pause that notes every line of the tier's
+    code the tier's own threads reach (:attr:`reached`: as a :class:`Pause`
+    there would name it, begun then and held for no step), for
+    :func:`~kvoffload.stateful.tier_audit.find_schedule` to try pauses at
+    lines the noise did not make hot."""
+
+    def __init__(self) -> None:
+        super().__init__([])
+        self.reached: list[Pause] = []
+
+    def _wanted(self, filename: str) -> bool:
+        wanted = self.traced.get(filename)
+        if wanted is None:
+            wanted = self.traced[filename] = _tier_code(filename)
+        return wanted
+
+    def _line(self, frame: FrameType, event: str, arg: Any) -> Tracer:
+        if event == "line" and self.active and threading.get_ident() not in self.callers:
+            where = (frame.f_code.co_filename, frame.f_lineno, False)
+            with self.counting:
+                hit = self.hits[where] = self.hits.get(where, 0) + 1
+            name = threading.current_thread().name
+            self.reached.append(Pause(where[0], where[1], hit, self.started, self.steps, thread=name))
+        return self._line
+
+
+class _Driven:
+    """A harness whose method calls are steps of a :class:`Schedule` (see
+    :meth:`Schedule.drive`)."""
+
+    def __init__(self, harness: Any, schedule: Schedule) -> None:
+        self._harness = harness
+        self._schedule = schedule
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._harness, name)
+        if not callable(value):
+            return value
+        schedule = self._schedule
+
+        def step(*args: Any, **kwargs: Any) -> Any:
+            schedule.before_step()
+            result = value(*args, **kwargs)
+            schedule.stepped()
+            return result
+
+        return step
+
+
+class _NoisyTier:
+    """A tier whose methods run traced by a :class:`Noise` or a
+    :class:`Schedule` (see :meth:`Noise.wrap`); every other attribute is the
+    tier's own."""
+
+    def __init__(self, tier: Any, noise: _Tracing) -> None:
         self._tier = tier
         self._noise = noise
 
@@ -269,9 +659,16 @@ __all__ = [
     "PAUSE_BOUND",
     "PAUSE_STEPS",
     "PAUSE_LINES",
+    "SCHEDULE_BOUND",
     "SLEEP_RATE",
+    "STALL_LOOKS",
     "THREAD_HOT_RATE",
     "YIELD_RATE",
     "Noise",
+    "Pause",
+    "PauseEnd",
+    "Probe",
+    "Schedule",
     "nap",
+    "script_path",
 ]

@@ -1,0 +1,193 @@
+"""Directed replays of a race (``tier_noise.Schedule``): a listed pause
+holds the thread that reaches its line for the listed time across the
+caller's steps, so a lost update that a free run almost never shows fails
+every time; a caller waiting on the paused thread does not deadlock; what
+did not go as listed is said, not hidden. And the noise records its pauses
+in the form a schedule replays."""
+
+from __future__ import annotations
+
+import queue
+import random
+import threading
+import time
+
+import pytest
+
+from kvoffload.spec.profile import DEFAULT
+from kvoffload.stateful.tier_audit import TierRunShape, replay
+from kvoffload.stateful.tier_noise import Noise, Pause, Schedule
+
+
+class LostUpdate:
+    """A worker adds each job's amount to ``value`` by reading it, then
+    writing it back, without a lock; ``bump`` adds on the caller's thread.
+    A bump between the worker's read and write is lost."""
+
+    def __init__(self) -> None:
+        self.value = 0
+        self.jobs: queue.Queue[int | None] = queue.Queue()
+        self.worker = threading.Thread(target=self._serve, daemon=True, name="lost-update")
+        self.worker.start()
+
+    def _serve(self) -> None:
+        while True:
+            amount = self.jobs.get()
+            if amount is None:
+                self.jobs.task_done()
+                return
+            seen = self.value
+            self.value = seen + amount  # WRITE
+            self.jobs.task_done()
+
+    def submit(self, amount: int) -> None:
+        self.jobs.put(amount)
+
+    def bump(self, amount: int) -> None:
+        self.value += amount
+
+    def wait(self) -> None:
+        self.jobs.join()
+
+    def stop(self) -> None:
+        self.jobs.put(None)
+        self.worker.join(timeout=5)
+
+
+WRITE = next(
+    number
+    for number, line in enumerate(open(__file__, encoding="utf-8"), 1)  # noqa: SIM115
+    if line.rstrip().endswith("# WRITE")
+)
+
+
+def window(until: int = 2) -> Pause:
+    """The worker paused before its write, the 1st time, from before step 2
+    (the bump) until step ``until`` has completed."""
+    return Pause("tests/stateful/test_tier_schedule.py", WRITE, hit=1, after=1, until=until)
+
+
+def lost_update(pauses: list[Pause]) -> tuple[bool, Schedule]:
+    """Step 1 submits 1, step 2 bumps by 100, then the worker finishes:
+    whether the bump was lost, and the schedule."""
+    with Schedule(pauses) as schedule:
+        tier = LostUpdate()
+        traced = schedule.wrap(tier)
+        for call, amount in (("submit", 1), ("bump", 100)):
+            schedule.before_step()
+            getattr(traced, call)(amount)
+            schedule.stepped()
+        tier.wait()
+        tier.stop()
+    return tier.value != 101, schedule
+
+
+def test_a_directed_pause_makes_the_lost_update_fail_every_time() -> None:
+    outcomes = [lost_update([window()]) for _ in range(10)]
+    assert all(lost for lost, _ in outcomes)
+    assert all(s.verdict() == "every pause held as listed" for _, s in outcomes)
+
+
+def test_without_the_pause_the_lost_update_is_rare() -> None:
+    lost = sum(lost_update([])[0] for _ in range(10))
+    # the caller bumps right after it submits, long before its switch
+    # interval lets the worker in: the window is a few bytecodes wide
+    assert lost <= 3, lost
+
+
+def test_a_caller_waiting_on_the_paused_thread_does_not_deadlock() -> None:
+    started = time.monotonic()
+    with Schedule([window(until=3)], bound=1.5) as schedule:
+        tier = LostUpdate()
+        traced = schedule.wrap(tier)
+        schedule.before_step()
+        traced.submit(1)
+        schedule.stepped()
+        schedule.before_step()
+        tier.wait()  # blocks on the worker held until step 3: the others stall
+        schedule.stepped()
+        tier.stop()
+    assert time.monotonic() - started < 1.0
+    assert tier.value == 1
+    assert "the others stalled" in schedule.verdict(), schedule.verdict()
+
+
+def test_a_pause_never_reached_is_reported() -> None:
+    never = Pause("tests/stateful/test_tier_schedule.py", WRITE, hit=5, after=1, until=2)
+    lost, schedule = lost_update([never])
+    assert not lost
+    assert "(the 5th time)" in schedule.verdict() and "was not reached" in schedule.verdict()
+
+
+def test_the_bound_ends_a_pause_and_is_reported() -> None:
+    with Schedule([window()], bound=0.05) as schedule:
+        tier = LostUpdate()
+        traced = schedule.wrap(tier)
+        schedule.before_step()
+        traced.submit(1)
+        schedule.stepped()
+        schedule.before_step()  # the worker is held until step 2 completes
+        deadline = time.monotonic() + 0.2
+        while time.monotonic() < deadline:  # the caller runs: it is not stalled
+            pass
+        schedule.stepped()
+        tier.wait()
+        tier.stop()
+    assert "ended at the bound" in schedule.verdict(), schedule.verdict()
+
+
+def test_drive_makes_each_call_a_step() -> None:
+    class Harness:
+        """As a TierHarness: the tier in ``tier``, steps as methods."""
+
+        def __init__(self) -> None:
+            self.tier = LostUpdate()
+
+        def submit(self, amount: int) -> None:
+            self.tier.submit(amount)
+
+        def bump(self, amount: int) -> None:
+            self.tier.bump(amount)
+
+    with Schedule([window()]) as schedule:
+        harness = Harness()
+        worker = harness.tier
+        steps = schedule.drive(harness)
+        steps.submit(1)
+        steps.bump(100)
+        worker.wait()
+        worker.stop()
+    assert (schedule.started, schedule.steps) == (2, 2)
+    assert worker.value == 1, "the bump was not lost: the pause did not hold"
+
+
+def test_schedules_and_pauses_refuse_bad_input() -> None:
+    with pytest.raises(ValueError, match="at least 1"):
+        Pause("f.py", 0)
+    with pytest.raises(ValueError, match="negative"):
+        Pause("f.py", 3, after=-1)
+    with pytest.raises(ValueError):
+        Pause("f.py", 3, end="later")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="listed twice"):
+        Schedule([Pause("f.py", 3), Pause("f.py", 3, after=2)])
+    with pytest.raises(TypeError):
+        Schedule([("f.py", 3)])  # type: ignore[list-item]
+    with pytest.raises(ValueError, match="directed replay"):
+        replay(
+            lambda capacity, view: object(), TierRunShape(1, 2), [], DEFAULT,
+            noise=random.Random(1), schedule=Schedule([]),
+        )
+
+
+def test_noise_records_a_pause_as_a_schedule_replays_it() -> None:
+    noise = Noise(random.Random(1))
+    noise.progress = lambda: (5, 4)
+    with noise:
+        noise.pause(("/somewhere/tier.py", 12, False), 3)  # no other thread: stalled at once
+    [pause] = noise.recorded()
+    assert pause == Pause(
+        "/somewhere/tier.py", 12, hit=3, after=5, until=4, end="stalled",
+        thread=threading.current_thread().name,
+    )
+    assert pause.render().startswith("Pause('/somewhere/tier.py', 12, hit=3, after=5, until=4")
+    assert "tier.py:12 (the 3rd time) from step 6" in pause.describe()
