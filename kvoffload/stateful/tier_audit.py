@@ -205,6 +205,7 @@ def replay(
     poll_thread: bool = False,
     noise: random.Random | None = None,
     recorded: list[Pause] | None = None,
+    positions: list[Pause] | None = None,
     schedule: Schedule | None = None,
 ) -> tuple[TierHarness | None, BaseException | None]:
     """Run ``ops`` on a fresh tier; the harness and the failure (None if
@@ -213,8 +214,9 @@ def replay(
     order they took effect (a sequential replay of that order is then
     deterministic as far as the callers go). With ``noise`` (a random
     source) the tier's code runs under :class:`~kvoffload.stateful.tier_noise.Noise`
-    from its factory to its shutdown, and the pauses it made are appended to
-    ``recorded`` (when given). With ``schedule`` instead, the run is directed
+    from its factory to its shutdown, the pauses it made are appended to
+    ``recorded`` and where the tier's threads were as each step began to
+    ``positions`` (when given; :meth:`~kvoffload.stateful.tier_noise.Noise.positions`). With ``schedule`` instead, the run is directed
     by it: ``ops`` are its steps, on this thread (no poll thread). The tier
     is shut down either way."""
     if schedule is not None and (noise is not None or poll_thread):
@@ -226,6 +228,8 @@ def replay(
         outcome = _replay(factory, shape, ops, profile, poll_thread, tracer)
     if recorded is not None and isinstance(tracer, Noise):
         recorded.extend(tracer.recorded())
+    if positions is not None and isinstance(tracer, Noise):
+        positions.extend(tracer.positions())
     return outcome
 
 
@@ -246,6 +250,7 @@ def _replay(
             tracer.stop()  # one thread only: nothing to interleave
         # a pause records the steps of both callers, in the order they took effect
         tracer.progress = lambda: (len(harness.ops), harness.done)
+        harness.on_step = tracer.snapshot
     if tracer is not None and tracer.active:
         harness.tier = tracer.wrap(harness.tier)
     lock = threading.Lock()
@@ -315,7 +320,12 @@ def _is_kit_error(error: BaseException) -> bool:
     return any(f"kvoffload/{part}" in where for part in _KIT_FILES)
 
 
-_KIT_FILES = ("spec/tier_model", "stateful/tier_harness", "stateful/tier_audit")
+_KIT_FILES = (
+    "spec/tier_model",
+    "stateful/tier_harness",
+    "stateful/tier_audit",
+    "stateful/tier_noise",
+)
 
 
 def failure_kind(error: BaseException) -> str:
@@ -333,9 +343,11 @@ def _smaller(op: TierOp) -> list[TierOp]:
     ]
 
 
-Recording = tuple[list[TierOp], list[Pause]]
-"""A failing run with noise: its calls in the order they took effect and
-the pauses the noise made (:meth:`~kvoffload.stateful.tier_noise.Noise.recorded`)."""
+Recording = tuple[list[TierOp], list[Pause], list[Pause]]
+"""A failing run with noise: its calls in the order they took effect, the
+pauses the noise made (:meth:`~kvoffload.stateful.tier_noise.Noise.recorded`)
+and where the tier's threads were as each call began
+(:meth:`~kvoffload.stateful.tier_noise.Noise.positions`)."""
 
 
 @attrs.frozen
@@ -365,12 +377,13 @@ def race_recordings(
     thread), ``runs`` of them: the recordings of those that fail with ``kind``."""
     for index in range(runs):
         recorded: list[Pause] = []
+        positions: list[Pause] = []
         harness, error = replay(
             factory, shape, ops, profile, poll_thread=poll_thread,
-            noise=random.Random(RACE_TRIES + index), recorded=recorded,
+            noise=random.Random(RACE_TRIES + index), recorded=recorded, positions=positions,
         )
         if harness is not None and error is not None and failure_kind(error) == kind:
-            yield list(harness.ops), recorded
+            yield list(harness.ops), recorded, positions
 
 
 def find_schedule(
@@ -424,16 +437,34 @@ def find_schedule(
         probe = Probe()
         replay(factory, shape, order, profile, schedule=probe)
         seen = {(pause.file, pause.line, pause.hit) for pause in tried}
+        fresh = [
+            reach
+            for reach in reversed(probe.reached)
+            if (reach.file, reach.line, reach.hit) not in seen
+        ]
         for more in WIDER:
-            for reach in reversed(probe.reached):
-                if (reach.file, reach.line, reach.hit) not in seen:
-                    yield [attrs.evolve(reach, until=reach.after + more)]
+            for reach in fresh:
+                yield [attrs.evolve(reach, until=reach.after + more)]
+        # then windows that end at the failing call (or the one before it),
+        # begun later than the probe's thread reached the line: the replay
+        # holds the caller until the thread is there, and the thread there
+        # through the calls that damage what it is about to publish
+        last = len(order)
+        for window in range(1, last):
+            for until in (last, last - 1):
+                for reach in fresh:
+                    after = until - window
+                    if after > reach.after and after >= 0:
+                        yield [attrs.evolve(reach, after=after, until=until)]
 
-    for order, recorded in recordings:
+    for order, recorded, positions in recordings:
         if time.perf_counter() > deadline:
             break
         # the pauses begun before the failing call
         pauses = [pause for pause in recorded if pause.after < len(order)]
+        found = first(order, _held_positions(order, positions))
+        if found is not None:
+            return found
         found = first(order, _single_pauses(pauses))
         if found is not None:
             return found
@@ -456,6 +487,19 @@ def find_schedule(
 
 WIDER = (1, 2)
 """How many more steps :func:`find_schedule` tries holding a recorded pause."""
+
+
+def _held_positions(order: list[TierOp], positions: list[Pause]) -> Iterator[list[Pause]]:
+    """The schedules :func:`find_schedule` tries first: one of the tier's
+    threads held where it was as a call of the run began, through that call
+    (then one and two calls more), the calls nearest the failing one first.
+    None at all comes first: the calls' order alone."""
+    yield []
+    steps = [position for position in positions if position.after < len(order)]
+    for more in (0, *WIDER):
+        for position in steps:
+            if position.until + more <= len(order):
+                yield [attrs.evolve(position, until=position.until + more)]
 
 
 def _single_pauses(pauses: list[Pause]) -> Iterator[list[Pause]]:
@@ -513,6 +557,7 @@ def audit_tier(
     driver = DRIVER
     failed_harness: TierHarness | None = None
     failed_pauses: list[Pause] = []
+    failed_positions: list[Pause] = []
     switch_interval = sys.getswitchinterval()
     sys.setswitchinterval(SWITCH_INTERVAL)
     try:
@@ -526,8 +571,10 @@ def audit_tier(
             )
             threaded = index % POLL_THREAD_EVERY == POLL_THREAD_EVERY - 1
             recorded: list[Pause] = []
+            positions: list[Pause] = []
             harness, error = replay(
-                factory, shape, ops, profile, poll_thread=threaded, noise=rng, recorded=recorded
+                factory, shape, ops, profile, poll_thread=threaded, noise=rng,
+                recorded=recorded, positions=positions,
             )
             done_runs += 1
             done_steps += len(harness.trace) if harness is not None else 0
@@ -537,6 +584,7 @@ def audit_tier(
                 failing = (shape, list(harness.ops) if harness is not None else [])
                 failed_harness = harness
                 failed_pauses = recorded
+                failed_positions = positions
                 break
     finally:
         sys.setswitchinterval(switch_interval)
@@ -597,7 +645,7 @@ def audit_tier(
             race_recordings(factory, shape, ops, profile, kind, poll_thread=threaded)
             if shrunk is not None and failure_kind(shrunk) == kind
             else (),
-            [(list(failed_harness.ops), failed_pauses)],
+            [(list(failed_harness.ops), failed_pauses, failed_positions)],
         )
         found = find_schedule(factory, shape, profile, kind, recordings)
         if found is not None:

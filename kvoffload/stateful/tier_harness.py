@@ -224,6 +224,9 @@ class TierHarness:
     ops: list[TierOp] = attrs.field(init=False, factory=list)
     done: int = attrs.field(init=False, default=0)
     """Steps completed (``ops`` are those started)."""
+    on_step: Callable[[int], None] | None = attrs.field(init=False, default=None)
+    """Called as each step begins, with the number of steps begun before it
+    (the noise notes where the tier's threads are then)."""
     next_job: int = 0
     versions: dict[OffloadKey, int] = attrs.field(init=False, factory=dict)
     stored_ever: set[OffloadKey] = attrs.field(init=False, factory=set)
@@ -411,6 +414,8 @@ class TierHarness:
         rows (``T2``). Callers on several threads hold one lock around
         ``step`` (as vLLM's callers hold the manager's lock): ``ops`` is then
         the calls in the order they took effect."""
+        if self.on_step is not None:
+            self.on_step(len(self.ops))
         self.ops.append(op)
         self.trace.append(op.render())
         getattr(self, op.method)(*op.args)

@@ -136,6 +136,22 @@ SCHEDULE_BOUND = 2.0
 reach its pause (seconds): a safety bound, never what ends a pause that
 goes as recorded; when it is hit, :meth:`Schedule.verdict` says so."""
 
+DIRECTED_SWITCH_INTERVAL = 0.005
+"""The interpreter's thread switch interval while a :class:`Schedule`
+replays (seconds; Python's default, set whatever the caller's): the
+listed pauses force the order that matters, and between them the caller
+runs until it blocks, so that the rest of a replay goes the same way
+each time. At an audit's 1 µs, the scripts of the blind corpus's index
+race repeated their failure in 64 of 80 runs; at 5 ms in every run
+(docs/DECISIONS.md, "replay")."""
+
+PROBE_SWITCH_INTERVAL = 1e-6
+"""The switch interval of a :class:`Probe` (the audit's): the tier's
+threads then reach their lines near the calls that gave them work, as in
+the audit's runs, which is where :func:`~kvoffload.stateful.tier_audit.find_schedule`
+tries pauses (at 5 ms a worker thread ran mostly when the caller
+blocked: in the final drain)."""
+
 STALL_LOOKS = 20
 """A :class:`Schedule` takes the other threads for stalled when this many
 looks in a row, :data:`PAUSE_TICK` apart, found each of them asleep in the
@@ -313,6 +329,14 @@ class Noise(_Tracing):
         them (:class:`Pause`); the caller's own steps unless the run sets it
         (with a tier-poll thread the steps of both callers)."""
         self.pauses: list[_Recorded] = []
+        self.counts: dict[tuple[str, int, bool], int] = {}
+        """How many times each line of the tier's code was reached (all
+        threads; the callers' and the tier's own threads apart)."""
+        self.at: dict[int, tuple[tuple[str, int, bool], int]] = {}
+        """Where each of the tier's own threads is: its last line reached,
+        and which time that was."""
+        self.snapshots: list[tuple[int, list[tuple[tuple[str, int, bool], int, str]]]] = []
+        """Where the tier's threads were as each step began (:meth:`snapshot`)."""
 
     def __enter__(self) -> Noise:
         super().__enter__()
@@ -327,8 +351,15 @@ class Noise(_Tracing):
     def _line(self, frame: FrameType, event: str, arg: Any) -> Tracer:
         if event == "line" and self.active:
             self.lines += 1
-            caller = threading.get_ident() in self.callers
+            me = threading.get_ident()
+            caller = me in self.callers
             where = (frame.f_code.co_filename, frame.f_lineno, caller)
+            # not under a lock (one per line cost a fifth of a threaded
+            # audit): two threads reaching one line at the same instant may
+            # miscount it, which costs a replay candidate, never a finding
+            hit = self.counts[where] = self.counts.get(where, 0) + 1
+            if not caller:
+                self.at[me] = (where, hit)
             turns = self.hot.get(where)
             if turns is None:
                 rate = HOT_RATE if caller else THREAD_HOT_RATE
@@ -336,7 +367,7 @@ class Noise(_Tracing):
             if turns > 0:
                 self.hot[where] = turns - 1
                 # a hot line pauses the first HOT_REPEATS times it is reached
-                self.pause(where, HOT_REPEATS - turns + 1)
+                self.pause(where, hit)
                 return self._line
             roll = self.rng.random()
             if roll < YIELD_RATE:
@@ -377,6 +408,27 @@ class Noise(_Tracing):
                 return "bound"
         return "stopped"
 
+    def snapshot(self, started: int) -> None:
+        """Note where the tier's own threads are as a step begins, ``started``
+        steps having begun before it (:meth:`positions`)."""
+        names = {thread.ident: thread.name for thread in threading.enumerate()}
+        at = dict(self.at)  # one copy (the tier's threads add to it meanwhile)
+        self.snapshots.append(
+            (started, [(where, hit, names[ident]) for ident, (where, hit) in at.items()
+                       if ident in names])
+        )
+
+    def positions(self) -> list[Pause]:
+        """For each step, where each of the tier's threads was as it began,
+        as a pause held through that step (the last step first): a replay
+        that holds a thread there re-creates the run's interleaving at that
+        step, whether a pause, a yield or the scheduler put it there."""
+        return [
+            Pause(where[0], where[1], hit, started, started + 1, False, "steps", name)
+            for started, entries in reversed(self.snapshots)
+            for where, hit, name in entries
+        ]
+
     def recorded(self) -> list[Pause]:
         """The pauses made so far, in the order they began."""
         return [
@@ -415,12 +467,20 @@ class Schedule(_Tracing):
     its threads are traced only if they start while it is active.
     """
 
-    def __init__(self, pauses: Sequence[Pause], bound: float = SCHEDULE_BOUND) -> None:
+    def __init__(
+        self,
+        pauses: Sequence[Pause],
+        bound: float = SCHEDULE_BOUND,
+        switch_interval: float = DIRECTED_SWITCH_INTERVAL,
+    ) -> None:
         super().__init__()
         if not all(isinstance(pause, Pause) for pause in pauses):
             raise TypeError("a Schedule lists Pause records")
         if bound <= 0:
             raise ValueError(f"the bound must be positive, not {bound}")
+        if switch_interval <= 0:
+            raise ValueError(f"the switch interval must be positive, not {switch_interval}")
+        self.switch_interval = switch_interval
         self.pauses = tuple(pauses)
         self.bound = bound
         self.engaged = [False] * len(self.pauses)
@@ -441,10 +501,19 @@ class Schedule(_Tracing):
         """The steps started so far (:meth:`before_step`)."""
         self.missed: list[str] = []
         """What did not go as listed."""
+        self.saved_interval: float | None = None
 
     def __enter__(self) -> Schedule:
+        self.saved_interval = sys.getswitchinterval()
+        sys.setswitchinterval(self.switch_interval)
         super().__enter__()
         return self
+
+    def stop(self) -> None:
+        super().stop()
+        if self.saved_interval is not None:
+            sys.setswitchinterval(self.saved_interval)
+            self.saved_interval = None
 
     def _file(self, filename: str) -> str | None:
         """The listed file that ``filename`` is (None: none)."""
@@ -583,7 +652,7 @@ class Probe(Schedule):
     lines the noise did not make hot."""
 
     def __init__(self) -> None:
-        super().__init__([])
+        super().__init__([], switch_interval=PROBE_SWITCH_INTERVAL)
         self.reached: list[Pause] = []
 
     def _wanted(self, filename: str) -> bool:

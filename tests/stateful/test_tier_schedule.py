@@ -9,14 +9,23 @@ from __future__ import annotations
 
 import queue
 import random
+import sys
 import threading
 import time
+from typing import Any
 
 import pytest
 
 from kvoffload.spec.profile import DEFAULT
 from kvoffload.stateful.tier_audit import TierRunShape, replay
-from kvoffload.stateful.tier_noise import Noise, Pause, Schedule
+from kvoffload.stateful.tier_noise import (
+    DIRECTED_SWITCH_INTERVAL,
+    PROBE_SWITCH_INTERVAL,
+    Noise,
+    Pause,
+    Probe,
+    Schedule,
+)
 
 
 class LostUpdate:
@@ -191,3 +200,82 @@ def test_noise_records_a_pause_as_a_schedule_replays_it() -> None:
     )
     assert pause.render().startswith("Pause('/somewhere/tier.py', 12, hit=3, after=5, until=4")
     assert "tier.py:12 (the 3rd time) from step 6" in pause.describe()
+
+
+def test_noise_notes_where_the_tiers_threads_are_as_each_step_begins() -> None:
+    """``Noise.snapshot`` (called as each step begins) notes each of the
+    tier's threads' last line; ``positions`` offers each as a pause held
+    through that step, the last step first."""
+    parked = threading.Event()
+    release = threading.Event()
+
+    def park() -> None:
+        parked.set()
+        release.wait(5)  # PARKED
+
+    line = next(
+        number
+        for number, text in enumerate(open(__file__, encoding="utf-8"), 1)  # noqa: SIM115
+        if text.rstrip().endswith("# PARKED")
+    )
+    with Noise(random.Random(3)) as noise:
+        noise.snapshot(0)  # no thread of the tier yet
+        worker = threading.Thread(target=park, name="parked-worker")
+        worker.start()
+        assert parked.wait(5)
+        deadline = time.monotonic() + 5
+        while not any(where[1] == line for where, _ in noise.at.values()):
+            assert time.monotonic() < deadline
+            time.sleep(0.001)
+        noise.snapshot(4)
+        release.set()
+        worker.join(5)
+    [position] = noise.positions()
+    assert (position.line, position.hit, position.after, position.until) == (line, 1, 4, 5)
+    assert position.file.endswith("test_tier_schedule.py") and not position.caller
+    assert position.thread == "parked-worker" and position.end == "steps"
+
+
+def test_a_schedule_replays_at_its_own_switch_interval() -> None:
+    """A directed replay runs at Python's default interval whatever the
+    caller's (its scripts then repeat), a probe at the audit's; both put
+    the caller's back."""
+    saved = sys.getswitchinterval()
+    sys.setswitchinterval(0.001)
+    try:
+        with Schedule([]):
+            assert sys.getswitchinterval() == pytest.approx(DIRECTED_SWITCH_INTERVAL)
+        assert sys.getswitchinterval() == pytest.approx(0.001)
+        with Probe():
+            assert sys.getswitchinterval() == pytest.approx(PROBE_SWITCH_INTERVAL)
+        assert sys.getswitchinterval() == pytest.approx(0.001)
+        with pytest.raises(ValueError, match="switch interval"):
+            Schedule([], switch_interval=0)
+    finally:
+        sys.setswitchinterval(saved)
+
+
+def test_an_error_of_the_noise_is_the_kits_not_the_tiers() -> None:
+    """A bug in the noise (once: a snapshot that iterated the threads'
+    positions while a new thread of the tier added its own, "dictionary
+    changed size during iteration" reported as the tier's crash) is raised
+    as the kit's error, never reported as a finding about the tier."""
+    from kvoffload.stateful.tier_audit import _is_kit_error
+
+    noise = Noise(random.Random(1))
+
+    class Growing(dict[int, tuple[tuple[str, int, bool], int]]):
+        def items(self) -> Any:
+            raise RuntimeError("dictionary changed size during iteration")
+
+    noise.at = Growing({1: (("t.py", 3, False), 1)})
+    noise.snapshot(0)  # copies the positions first: no error
+    try:
+        raise RuntimeError("dictionary changed size during iteration")
+    except RuntimeError as error:
+        raised_here = error
+    assert not _is_kit_error(raised_here)  # a test file is the tier's code
+    try:
+        Pause("f.py", 0)
+    except ValueError as error:
+        assert _is_kit_error(error)  # raised in kvoffload/stateful/tier_noise.py
