@@ -255,6 +255,9 @@ class _Tracing:
     callers inside the tier's methods."""
 
     def __init__(self) -> None:
+        self.line_tracer: Tracer = self._line
+        """The one bound trace function, returned on every line (a new bound
+        method per line is an allocation)."""
         self.traced: dict[str, bool] = {}
         self.callers: set[int] = set()
         """Idents of the threads that called the tier (:meth:`wrap`)."""
@@ -271,7 +274,7 @@ class _Tracing:
 
     def _call(self, frame: FrameType, event: str, arg: Any) -> Tracer | None:
         if event == "call" and self.active and self._wanted(frame.f_code.co_filename):
-            return self._line
+            return self.line_tracer
         return None
 
     def _line(self, frame: FrameType, event: str, arg: Any) -> Tracer:
@@ -321,7 +324,10 @@ class Noise(_Tracing):
     def __init__(self, rng: random.Random) -> None:
         super().__init__()
         self.rng = random.Random(rng.random())
-        self.hot: dict[tuple[str, int, bool], int] = {}
+        self.hot: dict[tuple[str, int, bool], list[int]] = {}
+        """Per line of the tier's code: how many more times it pauses (hot
+        lines), and how many times it was reached (all threads; the
+        callers' and the tier's own threads apart)."""
         self.lines = 0
         """Lines of the tier's code run so far (all threads)."""
         self.progress: Callable[[], tuple[int, int]] = lambda: (self.steps, self.steps)
@@ -329,12 +335,6 @@ class Noise(_Tracing):
         them (:class:`Pause`); the caller's own steps unless the run sets it
         (with a tier-poll thread the steps of both callers)."""
         self.pauses: list[_Recorded] = []
-        self.counts: dict[tuple[str, int, bool], int] = {}
-        """How many times each line of the tier's code was reached (all
-        threads; the callers' and the tier's own threads apart)."""
-        self.at: dict[int, tuple[tuple[str, int, bool], int]] = {}
-        """Where each of the tier's own threads is: its last line reached,
-        and which time that was."""
         self.snapshots: list[tuple[int, list[tuple[tuple[str, int, bool], int, str]]]] = []
         """Where the tier's threads were as each step began (:meth:`snapshot`)."""
 
@@ -351,30 +351,29 @@ class Noise(_Tracing):
     def _line(self, frame: FrameType, event: str, arg: Any) -> Tracer:
         if event == "line" and self.active:
             self.lines += 1
-            me = threading.get_ident()
-            caller = me in self.callers
+            caller = threading.get_ident() in self.callers
             where = (frame.f_code.co_filename, frame.f_lineno, caller)
-            # not under a lock (one per line cost a fifth of a threaded
-            # audit): two threads reaching one line at the same instant may
-            # miscount it, which costs a replay candidate, never a finding
-            hit = self.counts[where] = self.counts.get(where, 0) + 1
-            if not caller:
-                self.at[me] = (where, hit)
-            turns = self.hot.get(where)
-            if turns is None:
+            # [turns left hot, times reached]; not under a lock (one per line
+            # cost a fifth of a threaded audit): two threads reaching one
+            # line at the same instant may miscount it, which costs a replay
+            # candidate, never a finding
+            entry = self.hot.get(where)
+            if entry is None:
                 rate = HOT_RATE if caller else THREAD_HOT_RATE
-                turns = self.hot[where] = HOT_REPEATS if self.rng.random() < rate else 0
-            if turns > 0:
-                self.hot[where] = turns - 1
+                entry = self.hot[where] = [HOT_REPEATS if self.rng.random() < rate else 0, 0]
+            entry[1] += 1
+            hit = entry[1]
+            if entry[0] > 0:
+                entry[0] -= 1
                 # a hot line pauses the first HOT_REPEATS times it is reached
                 self.pause(where, hit)
-                return self._line
+                return self.line_tracer
             roll = self.rng.random()
             if roll < YIELD_RATE:
                 time.sleep(0)
             elif roll < YIELD_RATE + SLEEP_RATE:
                 time.sleep(self.rng.random() * MAX_SLEEP)
-        return self._line
+        return self.line_tracer
 
     def pause(self, where: tuple[str, int, bool] | None = None, hit: int = 1) -> None:
         """Hold the current thread until the others have made progress:
@@ -410,13 +409,29 @@ class Noise(_Tracing):
 
     def snapshot(self, started: int) -> None:
         """Note where the tier's own threads are as a step begins, ``started``
-        steps having begun before it (:meth:`positions`)."""
-        names = {thread.ident: thread.name for thread in threading.enumerate()}
-        at = dict(self.at)  # one copy (the tier's threads add to it meanwhile)
-        self.snapshots.append(
-            (started, [(where, hit, names[ident]) for ident, (where, hit) in at.items()
-                       if ident in names])
-        )
+        steps having begun before it (:meth:`positions`): each one's
+        innermost frame in the tier's code, and how many times that line had
+        been reached (by any of the tier's threads: two threads at one line
+        may be told apart wrongly, which costs a replay candidate)."""
+        here = threading.get_ident()
+        frames = sys._current_frames()
+        entries = []
+        for thread in threading.enumerate():
+            ident = thread.ident
+            if ident is None or ident == here or ident in self.callers:
+                continue
+            if thread in self.bystanders:
+                continue
+            frame = frames.get(ident)
+            while frame is not None and not self.traced.get(frame.f_code.co_filename, False):
+                frame = frame.f_back
+            if frame is None:
+                continue
+            where = (frame.f_code.co_filename, frame.f_lineno, False)
+            entry = self.hot.get(where)
+            if entry is not None:
+                entries.append((where, entry[1], thread.name))
+        self.snapshots.append((started, entries))
 
     def positions(self) -> list[Pause]:
         """For each step, where each of the tier's threads was as it began,
@@ -544,7 +559,7 @@ class Schedule(_Tracing):
                     index = hits.get(count)
                     if index is not None:
                         self._hold(index)
-        return self._line
+        return self.line_tracer
 
     def _hold(self, index: int) -> None:
         pause = self.pauses[index]
@@ -668,7 +683,7 @@ class Probe(Schedule):
                 hit = self.hits[where] = self.hits.get(where, 0) + 1
             name = threading.current_thread().name
             self.reached.append(Pause(where[0], where[1], hit, self.started, self.steps, thread=name))
-        return self._line
+        return self.line_tracer
 
 
 class _Driven:

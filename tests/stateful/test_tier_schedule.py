@@ -12,7 +12,6 @@ import random
 import sys
 import threading
 import time
-from typing import Any
 
 import pytest
 
@@ -224,7 +223,7 @@ def test_noise_notes_where_the_tiers_threads_are_as_each_step_begins() -> None:
         worker.start()
         assert parked.wait(5)
         deadline = time.monotonic() + 5
-        while not any(where[1] == line for where, _ in noise.at.values()):
+        while (park.__code__.co_filename, line, False) not in noise.hot:
             assert time.monotonic() < deadline
             time.sleep(0.001)
         noise.snapshot(4)
@@ -258,18 +257,10 @@ def test_a_schedule_replays_at_its_own_switch_interval() -> None:
 def test_an_error_of_the_noise_is_the_kits_not_the_tiers() -> None:
     """A bug in the noise (once: a snapshot that iterated the threads'
     positions while a new thread of the tier added its own, "dictionary
-    changed size during iteration" reported as the tier's crash) is raised
+    changed size during iteration", reported as the tier's crash) is raised
     as the kit's error, never reported as a finding about the tier."""
     from kvoffload.stateful.tier_audit import _is_kit_error
 
-    noise = Noise(random.Random(1))
-
-    class Growing(dict[int, tuple[tuple[str, int, bool], int]]):
-        def items(self) -> Any:
-            raise RuntimeError("dictionary changed size during iteration")
-
-    noise.at = Growing({1: (("t.py", 3, False), 1)})
-    noise.snapshot(0)  # copies the positions first: no error
     try:
         raise RuntimeError("dictionary changed size during iteration")
     except RuntimeError as error:
