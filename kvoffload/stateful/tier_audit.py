@@ -400,12 +400,13 @@ def find_schedule(
 
     For each recording in turn (see :func:`race_recordings`), until
     ``time_budget`` seconds have passed, directed replays of its calls: with
-    no pause, then with each of its pauses alone (as recorded, then held
-    longer); then with all its pauses, dropping pauses (delta debugging,
-    :func:`~kvoffload.stateful.shrink.shrink_sequence`) while the replay
-    still fails every time; then with one pause at each line the tier's
-    threads reach (:class:`~kvoffload.stateful.tier_noise.Probe`), held a
-    step or two: a window the noise opened with a yield, not a pause."""
+    no pause; with one of the tier's threads held where it stood as a call
+    began (:func:`_held_positions`); with each of its recorded pauses alone
+    (as recorded, then held longer); with all of them, dropping pauses
+    (delta debugging, :func:`~kvoffload.stateful.shrink.shrink_sequence`)
+    while the replay still fails every time; then with one pause at each
+    line the tier's threads reach (:class:`~kvoffload.stateful.tier_noise.Probe`),
+    held a step or two, then begun later, up to the failing call."""
     deadline = time.perf_counter() + time_budget
 
     def directed(
@@ -503,11 +504,10 @@ def _held_positions(order: list[TierOp], positions: list[Pause]) -> Iterator[lis
 
 
 def _single_pauses(pauses: list[Pause]) -> Iterator[list[Pause]]:
-    """The schedules of one pause or none that :func:`find_schedule` tries
-    first: none (the calls' order alone); each recorded pause of the tier's
-    own threads as it was, the last first (a window is near the failing
-    call); then each held :data:`WIDER` steps longer than it began."""
-    yield []
+    """The schedules of one recorded pause that :func:`find_schedule` tries
+    after the held positions: each recorded pause of the tier's own
+    threads as it was, the last first (a window is near the failing call);
+    then each held :data:`WIDER` steps longer than it began."""
     threads = [pause for pause in reversed(pauses) if not pause.caller]
     for pause in threads:
         yield [pause]
