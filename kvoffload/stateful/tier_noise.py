@@ -335,6 +335,9 @@ class Noise(_Tracing):
         them (:class:`Pause`); the caller's own steps unless the run sets it
         (with a tier-poll thread the steps of both callers)."""
         self.pauses: list[_Recorded] = []
+        self.at: dict[int, tuple[tuple[str, int, bool], int]] = {}
+        """Where each of the tier's own threads is: its last line reached,
+        and which time that was."""
         self.snapshots: list[tuple[int, list[tuple[tuple[str, int, bool], int, str]]]] = []
         """Where the tier's threads were as each step began (:meth:`snapshot`)."""
 
@@ -351,7 +354,8 @@ class Noise(_Tracing):
     def _line(self, frame: FrameType, event: str, arg: Any) -> Tracer:
         if event == "line" and self.active:
             self.lines += 1
-            caller = threading.get_ident() in self.callers
+            me = threading.get_ident()
+            caller = me in self.callers
             where = (frame.f_code.co_filename, frame.f_lineno, caller)
             # [turns left hot, times reached]; not under a lock (one per line
             # cost a fifth of a threaded audit): two threads reaching one
@@ -363,6 +367,8 @@ class Noise(_Tracing):
                 entry = self.hot[where] = [HOT_REPEATS if self.rng.random() < rate else 0, 0]
             entry[1] += 1
             hit = entry[1]
+            if not caller:
+                self.at[me] = (where, hit)
             if entry[0] > 0:
                 entry[0] -= 1
                 # a hot line pauses the first HOT_REPEATS times it is reached
@@ -409,29 +415,18 @@ class Noise(_Tracing):
 
     def snapshot(self, started: int) -> None:
         """Note where the tier's own threads are as a step begins, ``started``
-        steps having begun before it (:meth:`positions`): each one's
-        innermost frame in the tier's code, and how many times that line had
-        been reached (by any of the tier's threads: two threads at one line
-        may be told apart wrongly, which costs a replay candidate)."""
-        here = threading.get_ident()
-        frames = sys._current_frames()
-        entries = []
-        for thread in threading.enumerate():
-            ident = thread.ident
-            if ident is None or ident == here or ident in self.callers:
-                continue
-            if thread in self.bystanders:
-                continue
-            frame = frames.get(ident)
-            while frame is not None and not self.traced.get(frame.f_code.co_filename, False):
-                frame = frame.f_back
-            if frame is None:
-                continue
-            where = (frame.f_code.co_filename, frame.f_lineno, False)
-            entry = self.hot.get(where)
-            if entry is not None:
-                entries.append((where, entry[1], thread.name))
-        self.snapshots.append((started, entries))
+        steps having begun before it (:meth:`positions`): each one's last
+        line reached in the tier's code, and which time that line was
+        reached. Kept per line, not read from ``sys._current_frames()``:
+        walking another thread's frames while it runs crashed the
+        interpreter (a segmentation fault in the main job's FileSystemTier
+        row)."""
+        names = {thread.ident: thread.name for thread in threading.enumerate()}
+        at = dict(self.at)  # one copy (the tier's threads add to it meanwhile)
+        self.snapshots.append(
+            (started, [(where, hit, names[ident]) for ident, (where, hit) in at.items()
+                       if ident in names])
+        )
 
     def positions(self) -> list[Pause]:
         """For each step, where each of the tier's threads was as it began,
