@@ -151,7 +151,7 @@ RACE_TRIES = 3
 """How many times the shrinker replays a candidate of a race (with the
 poll thread and noise) before it counts the candidate as passing."""
 
-DIRECTED_TRIES = 3
+DIRECTED_TRIES = 5
 """How many directed replays (:class:`~kvoffload.stateful.tier_noise.Schedule`)
 of a race must each fail for its schedule to count as deterministic."""
 
