@@ -608,8 +608,8 @@ class FileSystemTier:
         """Index the complete chunks on disk; remove temp files, chunks of
         the wrong length, superseded copies and chunks beyond capacity.
         Returns the next serial."""
-        # key -> (mtime, serial, path, checksum)
-        found: dict[OffloadKey, tuple[int, int, str, int | None]] = {}
+        # key -> (serial, path, checksum); the serial is the store's age
+        found: dict[OffloadKey, tuple[int, str, int | None]] = {}
         max_serial = -1
         for shard in sorted(self._chunk_root.iterdir()):
             if not shard.is_dir():
@@ -629,21 +629,25 @@ class FileSystemTier:
                     if stat.st_size != self.chunk_bytes:
                         _remove(entry.path)
                         continue
-                    record = (stat.st_mtime_ns, serial, entry.path, checksum)
+                    record = (serial, entry.path, checksum)
                     previous = found.get(key)
-                    if previous is not None and previous[1] > serial:
+                    if previous is not None and previous[0] > serial:
                         _remove(entry.path)
                         continue
                     if previous is not None:
-                        _remove(previous[2])
+                        _remove(previous[1])
                     found[key] = record
-        ordered = sorted(found.items(), key=lambda item: (item[1][0], item[1][1]))
+        # oldest store first, by serial: the order the stores were submitted
+        # in, as the running tier ranked them. Not the modification time: the
+        # pool threads finish a job's files in any order, and the kernel's
+        # clock ticks coarsely, so mtimes gave a different order run to run.
+        ordered = sorted(found.items(), key=lambda item: item[1][0])
         excess = max(0, len(ordered) - self.capacity_blocks)
-        for _, (_, _, path, _) in ordered[:excess]:
+        for _, (_, path, _) in ordered[:excess]:
             _remove(path)
         keys: list[OffloadKey] = []
         blocks: list[BlockStatus] = []
-        for key, (_, _, path, checksum) in ordered[excess:]:
+        for key, (_, path, checksum) in ordered[excess:]:
             block = BlockStatus(self._free_slots.pop())
             block.ref_cnt = 0
             keys.append(key)
