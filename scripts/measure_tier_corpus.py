@@ -8,7 +8,8 @@ each entry as a user would (``audit_tier()`` at the default budget unless
 ``--examples``, under the profile its design declares: ``Entry.profile()``)
 once per seed and prints, per entry: how many seeds caught
 the defect (or raised a false alarm, for a correct tier), the invariants
-named, the replay's length, and the wall time per audit.
+named, the replay's length, the latest run (over the seeds) that failed,
+and the wall time per audit.
 
     python scripts/measure_tier_corpus.py                  # seeds 1-5, default budget
     python scripts/measure_tier_corpus.py --seeds 1 2 --jobs 2
@@ -39,8 +40,11 @@ from kvoffload.stateful import audit_tier  # noqa: E402
 from tests.blind_tiers.manifest import BY_NAME, ENTRIES, Entry  # noqa: E402
 from tests.stateful.tier_corpus_verdicts import ALLOWED  # noqa: E402
 
-Result = tuple[str, int, bool, str | None, float, int, str]
-"""(name, seed, passed, invariant label, seconds, calls, driver)."""
+Result = tuple[str, int, bool, str | None, float, int, str, int]
+"""(name, seed, passed, invariant label, seconds, calls, driver, runs): ``runs``
+is how many runs the audit made, so for a failing audit the 1-based index of
+the run that failed (the runs are derandomized per seed and index: the same
+run fails at any budget that reaches it)."""
 
 
 def expected_to_pass(entry: Entry) -> bool:
@@ -62,7 +66,10 @@ def audit_entry(entry: Entry, seed: int, examples: int | None) -> Result:
     )
     seconds = time.perf_counter() - started
     label = None if report.invariant is None else report.invariant.label
-    return (entry.name, seed, report.passed, label, seconds, report.calls, report.driver or "")
+    return (
+        entry.name, seed, report.passed, label, seconds, report.calls,
+        report.driver or "", report.examples,
+    )
 
 
 def _job(args: tuple[str, int, int | None]) -> Result:
@@ -71,8 +78,8 @@ def _job(args: tuple[str, int, int | None]) -> Result:
 
 
 def _progress(result: Result) -> None:
-    name, seed, passed, label, seconds, calls, _ = result
-    verdict = "PASS" if passed else f"{label} ({calls} calls)"
+    name, seed, passed, label, seconds, calls, _, runs = result
+    verdict = "PASS" if passed else f"{label} ({calls} calls, run {runs})"
     print(f"{name} seed {seed}: {verdict} in {seconds:.1f} s", file=sys.stderr, flush=True)
 
 
@@ -110,6 +117,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         seconds = [r[4] for r in runs]
         calls = [r[5] for r in failed]
         threaded = sum(1 for r in failed if "poll thread" in r[6])
+        failing_runs = [r[7] for r in failed]
         if entry.correct:
             verdict = f"false alarm {len(failed)}/{len(runs)}"
         elif not entry.kit_visible:
@@ -124,11 +132,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             ", ".join(sorted({str(r[3]) for r in failed})) or "-",
             f"{min(calls)}–{max(calls)}" if calls else "-",
             f"{threaded}/{len(failed)}" if failed else "-",
+            str(max(failing_runs)) if failing_runs else "-",
             f"{sum(seconds) / len(seconds):.1f}",
             f"{max(seconds):.1f}",
             "" if ok else "  <-- " + ("unexpected" if passing else "missed"),
         ))
-    head = ("entry", "result", "invariant", "calls", "poll thread", "mean s", "max s", "")
+    head = (
+        "entry", "result", "invariant", "calls", "poll thread", "latest failing run",
+        "mean s", "max s", "",
+    )
     print_table(head, rows, args.markdown)
     defects = [e for e in entries if not expected_to_pass(e)]
     correct = [e for e in entries if expected_to_pass(e)]
@@ -136,12 +148,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     clean = sum(1 for e in correct if all(r[2] for r in by_entry[e.name]))
     passing_times = [r[4] for r in results if r[2]]
     failing_times = [r[4] for r in results if not r[2]]
+    latest = max((r[7] for r in results if not r[2]), default=0)
     print(
         f"\n{caught_all}/{len(defects)} defects caught in every seed; "
         f"{clean}/{len(correct)} passing tiers pass in every seed; "
         f"seeds {args.seeds}, budget {args.examples or 'default'}; "
         f"passing audit max {max(passing_times, default=0):.1f} s, "
         f"failing audit max {max(failing_times, default=0):.1f} s; "
+        f"latest failing run {latest}; "
         f"total {total:.0f} s with {args.jobs} job(s); "
         f"load average after: {os.getloadavg()[0]:.1f}"
     )

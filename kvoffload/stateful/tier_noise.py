@@ -114,15 +114,67 @@ def nap(seconds: float) -> None:
         _NAPPING.discard(me)
 
 
-def _thread_state(native_id: int) -> str | None:
-    """The kernel's state letter of a thread of this process (``R``
-    running or runnable, ``S``/``D`` sleeping, ...), None where unknown."""
-    try:
-        with open(f"/proc/self/task/{native_id}/stat", "rb") as stat:
-            text = stat.read()
-    except OSError:
-        return None
-    return text[text.rfind(b")") + 2 : text.rfind(b")") + 3].decode("ascii", "replace")
+class _ThreadStates:
+    """What the kernel says of a thread of this process, read with one
+    ``pread`` of its ``/proc`` files, kept open (:meth:`close` closes
+    them): its state letter (:meth:`__call__`) and its time on a CPU
+    (:meth:`ran`). Most pauses of a threaded audit find the other threads
+    already stalled and end after two looks, so a look is what they cost:
+    an open, a read and a close per thread made it 88 µs."""
+
+    def __init__(self) -> None:
+        self.fds: dict[tuple[int, str], int] = {}
+        self.lock = threading.Lock()
+        """Held while a file is read or closed (two paused threads may look
+        at once; a file closed under a reader could be reused by another)."""
+        self.closed = False
+
+    def _read(self, native_id: int, name: str) -> bytes:
+        """The content of ``/proc/self/task/<native_id>/<name>``; empty
+        when the thread is gone or the file unknown."""
+        with self.lock:
+            for _ in range(2):
+                fd = self.fds.get((native_id, name))
+                if fd is None:
+                    try:
+                        fd = os.open(f"/proc/self/task/{native_id}/{name}", os.O_RDONLY)
+                    except OSError:
+                        return b""
+                    if not self.closed:
+                        self.fds[native_id, name] = fd
+                try:
+                    text = os.pread(fd, 128, 0)
+                except OSError:
+                    text = b""
+                if self.closed:
+                    os.close(fd)
+                if text:
+                    return text
+                # the thread ended (the kernel may give its id to a new one)
+                if self.fds.pop((native_id, name), None) is not None:
+                    os.close(fd)
+            return b""
+
+    def __call__(self, native_id: int) -> str | None:
+        """The state letter (``R`` running or runnable, ``S``/``D``
+        sleeping, ...), None where unknown."""
+        text = self._read(native_id, "stat")
+        end = text.rfind(b")")
+        return chr(text[end + 2]) if 0 <= end < len(text) - 2 else None
+
+    def ran(self, native_id: int) -> int | None:
+        """Nanoseconds the thread has run on a CPU (``schedstat``), None
+        where unknown: a thread asleep at two looks that has not run in
+        between has not moved."""
+        field = self._read(native_id, "schedstat").split(b" ", 1)[0]
+        return int(field) if field.isdigit() else None
+
+    def close(self) -> None:
+        with self.lock:
+            self.closed = True
+            for fd in self.fds.values():
+                os.close(fd)
+            self.fds.clear()
 
 
 PauseEnd = Literal["steps", "lines", "stalled", "bound", "stopped"]
@@ -155,8 +207,8 @@ blocked: in the final drain)."""
 STALL_LOOKS = 20
 """A :class:`Schedule` takes the other threads for stalled when this many
 looks in a row, :data:`PAUSE_TICK` apart, found each of them asleep in the
-kernel at the very same instruction (a thread waiting for the interpreter
-lock sleeps too, but runs as soon as the looker sleeps)."""
+kernel and not run on a CPU since the first (a thread waiting for the
+interpreter lock sleeps too, but runs as soon as the looker sleeps)."""
 
 
 def _tier_code(filename: str) -> bool:
@@ -268,9 +320,16 @@ class _Tracing:
         leftovers): not part of this run, never waited for."""
         self.steps = 0
         """The caller's steps completed so far (:meth:`stepped`)."""
+        self.thread_state = _ThreadStates()
 
     def _wanted(self, filename: str) -> bool:
-        raise NotImplementedError
+        """Whether calls into ``filename`` are traced: the tier's code
+        (:func:`_tier_code`), cached per file (:class:`Schedule`: the files
+        it lists)."""
+        wanted = self.traced.get(filename)
+        if wanted is None:
+            wanted = self.traced[filename] = _tier_code(filename)
+        return wanted
 
     def _call(self, frame: FrameType, event: str, arg: Any) -> Tracer | None:
         if event == "call" and self.active and self._wanted(frame.f_code.co_filename):
@@ -312,6 +371,7 @@ class _Tracing:
         """No more tracing, on any thread."""
         self.active = False
         threading.settrace(self.saved)
+        self.thread_state.close()
 
 
 class Noise(_Tracing):
@@ -345,11 +405,6 @@ class Noise(_Tracing):
         super().__enter__()
         return self
 
-    def _wanted(self, filename: str) -> bool:
-        wanted = self.traced.get(filename)
-        if wanted is None:
-            wanted = self.traced[filename] = _tier_code(filename)
-        return wanted
 
     def _line(self, frame: FrameType, event: str, arg: Any) -> Tracer:
         if event == "line" and self.active:
@@ -455,7 +510,7 @@ class Noise(_Tracing):
                 continue
             if not thread.is_alive():
                 continue
-            if other in _NAPPING or _thread_state(other) not in ("S", "D"):
+            if other in _NAPPING or self.thread_state(other) not in ("S", "D"):
                 return False
         return True
 
@@ -611,11 +666,13 @@ class Schedule(_Tracing):
                 return
             nap(PAUSE_TICK)
 
-    def _look(self, me: int) -> tuple[tuple[int, int, int], ...] | None:
-        """Where the other threads of the run are (thread, frame, instruction),
-        when each is asleep in the kernel or held by this schedule; None when
-        one is not (running, runnable, or in a kit nap)."""
-        frames = sys._current_frames()
+    def _look(self, me: int) -> tuple[tuple[int, int | None], ...] | None:
+        """The other threads of the run (thread, nanoseconds on a CPU), when
+        each is asleep in the kernel or held by this schedule; None when one
+        is not (running, runnable, or in a kit nap). Not their frames:
+        ``sys._current_frames()`` read while the threads ran corrupted the
+        interpreter under Python 3.11 (a frame read back as a dict; a
+        segmentation fault in CI)."""
         seen = []
         for thread in threading.enumerate():
             other = thread.native_id
@@ -623,10 +680,9 @@ class Schedule(_Tracing):
                 continue
             if not thread.is_alive() or other in self.holding:
                 continue
-            if other in _NAPPING or _thread_state(other) not in ("S", "D"):
+            if other in _NAPPING or self.thread_state(other) not in ("S", "D"):
                 return None
-            frame = frames.get(thread.ident or 0)
-            seen.append((other, id(frame), frame.f_lasti if frame is not None else -1))
+            seen.append((other, self.thread_state.ran(other)))
         return tuple(seen)
 
     def stepped(self) -> None:
@@ -665,11 +721,6 @@ class Probe(Schedule):
         super().__init__([], switch_interval=PROBE_SWITCH_INTERVAL)
         self.reached: list[Pause] = []
 
-    def _wanted(self, filename: str) -> bool:
-        wanted = self.traced.get(filename)
-        if wanted is None:
-            wanted = self.traced[filename] = _tier_code(filename)
-        return wanted
 
     def _line(self, frame: FrameType, event: str, arg: Any) -> Tracer:
         if event == "line" and self.active and threading.get_ident() not in self.callers:

@@ -24,10 +24,12 @@ ROOT = Path(__file__).resolve().parents[2]
 MODULE = "tests.blind_tiers.thread_worker"
 RACE = f"{MODULE}:make_copy_on_write_index_race"
 
-SEEDS = (2, 1, 3, 4, 5, 6, 7, 8)
+SEEDS = (2, 1, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12)
 """Audits tried in turn until one report carries a schedule: whether the
 audit's run, and its replays, enter the window depends on the machine's
-scheduling (measured: 3 of seeds 1-5 at load 3-4.5, docs/KIT.md)."""
+scheduling (measured: 4-7 of seeds 1-12 per pass, docs/KIT.md; the race
+itself is found within 500 runs in most audits, not all: the detection
+rate is the corpus table's business, docs/KIT.md)."""
 
 
 def _run(script: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
@@ -43,7 +45,6 @@ def _directed_report() -> AuditReport:
     reports = []
     for seed in SEEDS:
         report = audit_tier(make_copy_on_write_index_race, seed=seed, factory_import=RACE)
-        assert not report.passed, report.render()
         reports.append(report)
         if report.script is not None and "Schedule([" in report.script:
             return report

@@ -270,3 +270,43 @@ def test_an_error_of_the_noise_is_the_kits_not_the_tiers() -> None:
         Pause("f.py", 0)
     except ValueError as error:
         assert _is_kit_error(error)  # raised in kvoffload/stateful/tier_noise.py
+
+
+def test_thread_states_are_read_through_kept_files_and_an_ended_thread_is_dropped() -> None:
+    # a pause looks at every other thread's kernel state; the /proc files
+    # are kept open (a pread per look), so an ended thread's file must be
+    # dropped, not read for a new thread the kernel gives its id
+    from kvoffload.stateful.tier_noise import _ThreadStates
+
+    states = _ThreadStates()
+    release = threading.Event()
+    waiter = threading.Thread(target=release.wait, daemon=True)
+    waiter.start()
+    try:
+        native = waiter.native_id
+        assert native is not None
+        deadline = time.monotonic() + 5
+        while states(native) != "S" and time.monotonic() < deadline:
+            time.sleep(0.001)
+        assert states(native) == "S"
+        assert (native, "stat") in states.fds
+        asleep = states.ran(native)
+        assert asleep is not None
+        time.sleep(0.01)
+        assert states.ran(native) == asleep  # a blocked thread does not run
+        mine = states.ran(threading.get_native_id())
+        sum(range(200_000))
+        assert mine is not None and states.ran(threading.get_native_id()) > mine  # type: ignore[operator]
+    finally:
+        release.set()
+        waiter.join()
+    # join returns as the thread ends; the kernel lets it go just after
+    while states(native) is not None and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert states(native) is None
+    assert (native, "stat") not in states.fds
+    assert states(threading.get_native_id()) == "R"  # the looker runs
+    states.close()
+    assert states.fds == {}
+    assert states(threading.get_native_id()) == "R"  # still answers, keeping nothing
+    assert states.fds == {}
