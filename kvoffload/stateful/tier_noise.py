@@ -405,7 +405,6 @@ class Noise(_Tracing):
         super().__enter__()
         return self
 
-
     def _line(self, frame: FrameType, event: str, arg: Any) -> Tracer:
         if event == "line" and self.active:
             self.lines += 1
@@ -720,7 +719,6 @@ class Probe(Schedule):
     def __init__(self) -> None:
         super().__init__([], switch_interval=PROBE_SWITCH_INTERVAL)
         self.reached: list[Pause] = []
-
 
     def _line(self, frame: FrameType, event: str, arg: Any) -> Tracer:
         if event == "line" and self.active and threading.get_ident() not in self.callers:
