@@ -36,7 +36,7 @@ import sys
 import sysconfig
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from types import FrameType, TracebackType
 from typing import Any, Literal
 
@@ -339,6 +339,22 @@ class _Tracing:
     def _line(self, frame: FrameType, event: str, arg: Any) -> Tracer:
         raise NotImplementedError
 
+    def _asleep_others(self, me: int, skip: Collection[int] = ()) -> list[int] | None:
+        """The native ids of the run's other live threads (not ``me``, not
+        bystanders, not those in ``skip``) when each sleeps in the kernel and
+        not in a kit nap; None as soon as one does not."""
+        asleep = []
+        for thread in threading.enumerate():
+            other = thread.native_id
+            if other is None or other == me or thread in self.bystanders:
+                continue
+            if not thread.is_alive() or other in skip:
+                continue
+            if other in _NAPPING or self.thread_state(other) not in ("S", "D"):
+                return None
+            asleep.append(other)
+        return asleep
+
     def before_step(self) -> None:
         """The caller is about to start a step."""
 
@@ -503,15 +519,7 @@ class Noise(_Tracing):
     def _others_stalled(self, me: int) -> bool:
         """Every other live thread of the run sleeps in the kernel, not in
         a kit nap."""
-        for thread in threading.enumerate():
-            other = thread.native_id
-            if other is None or other == me or thread in self.bystanders:
-                continue
-            if not thread.is_alive():
-                continue
-            if other in _NAPPING or self.thread_state(other) not in ("S", "D"):
-                return False
-        return True
+        return self._asleep_others(me) is not None
 
 
 class Schedule(_Tracing):
@@ -672,17 +680,10 @@ class Schedule(_Tracing):
         ``sys._current_frames()`` read while the threads ran corrupted the
         interpreter under Python 3.11 (a frame read back as a dict; a
         segmentation fault in CI)."""
-        seen = []
-        for thread in threading.enumerate():
-            other = thread.native_id
-            if other is None or other == me or thread in self.bystanders:
-                continue
-            if not thread.is_alive() or other in self.holding:
-                continue
-            if other in _NAPPING or self.thread_state(other) not in ("S", "D"):
-                return None
-            seen.append((other, self.thread_state.ran(other)))
-        return tuple(seen)
+        asleep = self._asleep_others(me, self.holding)
+        if asleep is None:
+            return None
+        return tuple((other, self.thread_state.ran(other)) for other in asleep)
 
     def stepped(self) -> None:
         """The caller completed a step: pauses held until it end."""

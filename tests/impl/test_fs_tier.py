@@ -533,6 +533,16 @@ def test_reopen_finds_every_completed_chunk(
         assert np.array_equal(primary[i], pattern(100 + i))
 
 
+def age_in_reverse(tier: FileSystemTier, keys: list[OffloadKey]) -> None:
+    """Give the chunks of ``keys`` modification times in the reverse of
+    their order (the first the newest)."""
+    for i, stored in enumerate(keys):
+        path = tier.path_of(stored)
+        assert path is not None
+        stamp = (len(keys) - i) * 10**9
+        os.utime(path, ns=(stamp, stamp))
+
+
 def test_reopen_with_less_capacity_keeps_the_newest(
     make_tier: Callable[..., FileSystemTier], primary: Primary
 ) -> None:
@@ -541,8 +551,7 @@ def test_reopen_with_less_capacity_keeps_the_newest(
         fill(primary, i, i)
         store(tier, i, [key(i)], [i])
         finished(tier)
-        # modification times the other way round: the serial decides
-        os.utime(tier.path_of(key(i)), ns=((9 - i) * 10**9, (9 - i) * 10**9))  # type: ignore[arg-type]
+    age_in_reverse(tier, [key(i) for i in range(6)])  # the serial decides, not the mtime
     tier.shutdown()
     reopened = make_tier(capacity=3)
     assert reopened.stored_keys() == {key(3), key(4), key(5)}
@@ -562,8 +571,7 @@ def test_recency_after_a_reopen_is_the_order_stores_were_submitted(
         fill(primary, i, i)
     store(tier, 1, [key(0), key(1), key(2)], [0, 1, 2])
     assert finished(tier) == {1: TierJobResult(1, True)}
-    for i in range(3):  # the first submitted written last
-        os.utime(tier.path_of(key(i)), ns=((9 - i) * 10**9, (9 - i) * 10**9))  # type: ignore[arg-type]
+    age_in_reverse(tier, [key(0), key(1), key(2)])  # the first submitted written last
     tier.shutdown()
     reopened = make_tier(capacity=3)
     fill(primary, 3, 3)
