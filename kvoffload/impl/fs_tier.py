@@ -44,6 +44,7 @@ import enum
 import json
 import logging
 import mmap
+import operator
 import os
 import sys
 import threading
@@ -503,7 +504,14 @@ class FileSystemTier:
         self._chunk_root = self.directory / CHUNK_DIR
 
         self._lock = threading.Lock()
-        self._cond = threading.Condition(self._lock)
+        # two conditions on the one lock: pool threads wait on ``_work`` for
+        # items (woken one at a time: a woken thread wakes the next while
+        # items remain, so ``submit_*`` makes one wake-up, not one per item);
+        # ``drain_jobs``/``shutdown`` wait on ``_idle``, notified when the
+        # last job in flight finishes (not on every job: idle pool threads
+        # are never woken for a finished job)
+        self._work = threading.Condition(self._lock)
+        self._idle = threading.Condition(self._lock)
         # readable keys: their file and the checksum it must have
         self._file_of: dict[OffloadKey, tuple[str, int | None]] = {}
         self._free_slots: list[int] = list(range(self.capacity_blocks - 1, -1, -1))
@@ -704,7 +712,8 @@ class FileSystemTier:
             self._check_open_and_id(job.job_id)
             entry = _Job(job.job_id, keys, promotion=False)
             blocks = self._blocks
-            new: list[tuple[OffloadKey, int]] = []
+            new_keys: list[OffloadKey] = []
+            new_ids: list[int] = []
             seen: set[OffloadKey] = set()
             for key, chunk_id in zip(keys, chunk_ids):
                 if key in seen:
@@ -712,25 +721,25 @@ class FileSystemTier:
                 seen.add(key)
                 block = blocks.get(key)
                 if block is None:
-                    new.append((key, chunk_id))
+                    new_keys.append(key)
+                    new_ids.append(chunk_id)
                 elif block.ref_cnt >= 0:
                     entry.ok.add(key)
                 else:
                     self._waiters.setdefault(key, []).append(entry)
                     entry.pending += 1
-            room = len(self._free_slots)
-            if len(new) > room:
-                room += self._evict(len(new) - room, seen, entry)
-            admitted = new[:room]
-            serial = self._next_serial
-            self._next_serial += len(admitted)
-            for key, chunk_id in admitted:
-                block = BlockStatus(self._free_slots.pop())
-                entry.items.append(_Item(key, chunk_id, block, serial=serial))
-                serial += 1
-            self._policy.insert_many(
-                [item.key for item in entry.items], [item.block for item in entry.items]
-            )
+            if new_keys:
+                free = self._free_slots
+                if len(new_keys) > len(free):
+                    room = len(free) + self._evict(len(new_keys) - len(free), seen, entry)
+                    del new_keys[room:]
+                serial = self._next_serial
+                self._next_serial = serial + len(new_keys)
+                new_blocks = [BlockStatus(free.pop()) for _ in new_keys]
+                entry.items = list(
+                    map(_Item, new_keys, new_ids, new_blocks, range(serial, self._next_serial))
+                )
+                self._policy.insert_many(new_keys, new_blocks)
             self._enqueue(entry, self._store_queue)
 
     def submit_load(self, job: TierJobLike) -> None:
@@ -742,14 +751,14 @@ class FileSystemTier:
         with self._lock:
             self._check_open_and_id(job.job_id)
             entry = _Job(job.job_id, keys, promotion=True)
-            blocks = self._blocks
+            blocks, file_of, items = self._blocks, self._file_of, entry.items
             for key, chunk_id in zip(keys, chunk_ids):
                 block = blocks.get(key)
                 if block is None or block.ref_cnt < 0:
                     continue
                 block.ref_cnt += 1
-                path, checksum = self._file_of[key]
-                entry.items.append(_Item(key, chunk_id, block, path=path, checksum=checksum))
+                path, checksum = file_of[key]
+                items.append(_Item(key, chunk_id, block, -1, path, checksum))
             self._enqueue(entry, self._load_queue)
 
     def get_finished_jobs(self) -> list[TierJobResult]:
@@ -763,8 +772,8 @@ class FileSystemTier:
     def drain_jobs(self) -> None:
         """Block until every submitted job has finished; copies in progress
         are never cut short."""
-        with self._cond:
-            self._cond.wait_for(lambda: self._in_flight == 0)
+        with self._idle:
+            self._idle.wait_for(lambda: self._in_flight == 0)
 
     def has_pending_work(self) -> bool:
         """True while a job runs or a result waits to be taken."""
@@ -798,13 +807,13 @@ class FileSystemTier:
         """Finish every submitted job, stop the threads and release the
         directory. Later ``submit_*`` calls raise :class:`TierClosedError`;
         results and events not yet taken can still be taken. Idempotent."""
-        with self._cond:
+        with self._idle:
             if self._closed:
                 return
             self._closed = True
-            self._cond.wait_for(lambda: self._in_flight == 0)
+            self._idle.wait_for(lambda: self._in_flight == 0)
             self._stopping = True
-            self._cond.notify_all()
+            self._work.notify_all()
         for thread in self._threads:
             thread.join()
         self._flat.release()  # the primary memory is the caller's again
@@ -819,23 +828,21 @@ class FileSystemTier:
         if isinstance(job_id, bool) or not isinstance(job_id, int):
             raise TransferError(f"job_id must be an int, got {job_id!r}")
         keys = list(validate_offload_keys(job.keys))
-        for key in keys:
-            if len(key) > MAX_KEY_BYTES:
-                raise InvalidKeyError(key, f"longer than {MAX_KEY_BYTES} bytes")
+        if keys and max(map(len, keys)) > MAX_KEY_BYTES:  # C-speed passes first
+            long_key = next(key for key in keys if len(key) > MAX_KEY_BYTES)
+            raise InvalidKeyError(long_key, f"longer than {MAX_KEY_BYTES} bytes")
         try:
-            chunk_ids = [int(c) for c in job.chunk_ids]
-        except (TypeError, ValueError):
+            chunk_ids = list(map(operator.index, job.chunk_ids))
+        except TypeError:
             raise TransferError(f"job {job_id}: chunk_ids must be ints") from None
         if len(chunk_ids) != len(keys):
             raise TransferError(
                 f"job {job_id}: {len(keys)} keys but {len(chunk_ids)} chunk_ids"
             )
         limit = self.num_primary_slots
-        for chunk_id in chunk_ids:
-            if not 0 <= chunk_id < limit:
-                raise TransferError(
-                    f"job {job_id}: primary slot {chunk_id} outside [0, {limit})"
-                )
+        if chunk_ids and (min(chunk_ids) < 0 or max(chunk_ids) >= limit):
+            outside = next(c for c in chunk_ids if not 0 <= c < limit)
+            raise TransferError(f"job {job_id}: primary slot {outside} outside [0, {limit})")
         if promotion and len(set(chunk_ids)) != len(chunk_ids):
             raise TransferError(f"job {job_id}: two keys are loaded into one primary slot")
         return keys, chunk_ids
@@ -874,14 +881,14 @@ class FileSystemTier:
             queue.append(entry)
             if entry.promotion:
                 self._queued_loads += len(entry.items)
-            self._cond.notify(len(entry.items))
+            self._work.notify()  # the woken thread wakes the next (``_worker``)
         if entry.pending == 0:
             self._finish(entry)
 
     # --- the pool --------------------------------------------------------------
 
     def _worker(self, loads_first: bool) -> None:
-        cond = self._cond
+        cond = self._work
         while True:
             with cond:
                 while not (self._load_queue or self._store_queue or self._stopping):
@@ -917,6 +924,8 @@ class FileSystemTier:
                             doomed, entry.doomed = entry.doomed, []
                     else:
                         entry.doomed = []
+                if self._load_queue or self._store_queue:
+                    cond.notify()  # items left: wake the next thread
             if entry.promotion:
                 done = [(item, self._load(item)) for item in batch]
                 with cond:
@@ -1055,7 +1064,8 @@ class FileSystemTier:
             result = TierJobResult(entry.job_id, False, frozenset(ok) if ok else None)
         self._results.append(result)
         self._in_flight -= 1
-        self._cond.notify_all()
+        if self._in_flight == 0:
+            self._idle.notify_all()
 
     def _event(self, keys: Iterable[OffloadKey], removed: bool) -> OffloadingEvent:
         return OffloadingEvent(tuple(keys), self._event_block_size, self.medium, removed)

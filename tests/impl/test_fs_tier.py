@@ -383,6 +383,8 @@ def test_malformed_jobs_raise_and_change_nothing(
         (TransferError, lambda: store(tier, 2, [key(1), key(2)], [1])),
         (TransferError, lambda: store(tier, 2, [key(1)], [SLOTS])),
         (TransferError, lambda: store(tier, 2, [key(1)], [-1])),
+        (TransferError, lambda: store(tier, 2, [key(1)], [1.5])),  # type: ignore[list-item]
+        (TransferError, lambda: store(tier, 2, [key(1)], ["1"])),  # type: ignore[list-item]
         (TransferError, lambda: load(tier, 2, [key(0), key(0)], [3, 3])),
         (InvalidKeyError, lambda: store(tier, 2, [OffloadKey(b"ab")], [1])),
         (InvalidKeyError, lambda: store(tier, 2, [OffloadKey(b"k" * 200)], [1])),
@@ -837,6 +839,43 @@ def test_one_thread_splits_a_lone_load_job_with_the_others(
         assert [it.chunk_id for it in tier._take_loads(entry)] == [2, 3, 4, 5, 6, 7]
         assert tier._queued_loads == 58
         assert tier._take_loads(entry) == []
+
+
+@pytest.mark.parametrize("promotion", [False, True], ids=["store", "load"])
+def test_a_job_runs_on_as_many_threads_as_it_has_items(
+    make_tier: Callable[..., FileSystemTier],
+    primary: Primary,
+    monkeypatch: pytest.MonkeyPatch,
+    promotion: bool,
+) -> None:
+    """``submit_*`` wakes one pool thread and each woken thread wakes the
+    next while items remain: the 4 items of a job on 4 idle threads are
+    copied at the same time (each copy waits until all 4 have begun)."""
+    tier = make_tier(capacity=8, num_threads=4)
+    keys = [key(i) for i in range(4)]
+    for i in range(4):
+        fill(primary, i, i)
+    if promotion:
+        store(tier, 1, keys, [0, 1, 2, 3])
+        assert finished(tier) == {1: TierJobResult(1, True)}
+    together = threading.Barrier(4, timeout=10)
+    name = "_read_chunk" if promotion else "_write_chunk"
+    original = getattr(fs_tier, name)
+
+    waited = threading.local()  # a store retries its shard's first write
+
+    def all_at_once(*args: Any, **kwargs: Any) -> Any:
+        if not getattr(waited, "done", False):
+            waited.done = True
+            together.wait()  # BrokenBarrierError (a failed key) unless 4 run at once
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(fs_tier, name, all_at_once)
+    (load if promotion else store)(tier, 2, keys, [4, 5, 6, 7])
+    assert finished(tier) == {2: TierJobResult(2, True)}
+    assert not together.broken
+    if promotion:
+        assert (primary[4:8] == primary[0:4]).all()
 
 
 # --- recycled files (recycle_files=True, the default) ----------------------------
