@@ -200,15 +200,18 @@ def _write_chunk(
             os.close(dir_fd)
 
 
-def _read_chunk(path: str, payload: memoryview, direct: bool) -> int:
-    """Read ``path`` into ``payload`` when it holds exactly ``len(payload)``
-    bytes; returns the file's size (the caller checks it)."""
+def _read_chunk(path: str, payload: memoryview, direct: bool, spare: memoryview) -> int:
+    """Read ``path`` into ``payload``; returns the bytes read, more than
+    ``len(payload)`` when the file is longer (the caller checks the count).
+
+    The read continues into ``spare`` (a page-aligned scratch page): a file
+    longer than ``payload`` fills some of it, so the length is checked
+    without a ``fstat`` (open, one ``readv``, close, as few system calls as
+    a read can make; each one gives up and takes back the interpreter lock,
+    which the pool threads contend for)."""
     fd = os.open(path, os.O_RDONLY | (_O_DIRECT if direct else 0))
     try:
-        size = os.fstat(fd).st_size
-        if size != len(payload):
-            return size
-        got, remaining = 0, [payload]
+        got, remaining = 0, [payload, spare]
         while remaining:
             count = os.readv(fd, remaining)
             if count == 0:
@@ -889,6 +892,8 @@ class FileSystemTier:
 
     def _worker(self, loads_first: bool) -> None:
         cond = self._work
+        # the page a load reads past its chunk into (a longer file fills it)
+        spare = memoryview(mmap.mmap(-1, DIRECT_ALIGNMENT))
         while True:
             with cond:
                 while not (self._load_queue or self._store_queue or self._stopping):
@@ -927,7 +932,7 @@ class FileSystemTier:
                 if self._load_queue or self._store_queue:
                     cond.notify()  # items left: wake the next thread
             if entry.promotion:
-                done = [(item, self._load(item)) for item in batch]
+                done = [(item, self._load(item, spare)) for item in batch]
                 with cond:
                     for item, ok in done:
                         self._load_done(entry, item, ok)
@@ -992,11 +997,12 @@ class FileSystemTier:
                 self._remove_quietly(recycled)  # still there when the rename failed
             return None
 
-    def _load(self, item: _Item) -> bool:
-        """Copy one file into its primary slot and verify it (pool thread)."""
+    def _load(self, item: _Item, spare: memoryview) -> bool:
+        """Copy one file into its primary slot and verify it (pool thread;
+        ``spare``, its scratch page for :func:`_read_chunk`)."""
         try:
             payload = self._slot(item.chunk_id)
-            size = _read_chunk(item.path, payload, self.direct_io)
+            size = _read_chunk(item.path, payload, self.direct_io, spare)
             if size != self.chunk_bytes:
                 raise ValueError(f"read {size} bytes, expected {self.chunk_bytes}")
             if (

@@ -744,18 +744,21 @@ def test_direct_io_round_trips_and_still_checks(tmp_path: Path) -> None:
     try:
         if not tier.direct_io:
             pytest.skip("this file system refuses O_DIRECT")
-        for slot in range(3):
+        for slot in range(4):
             memory[slot] = pattern(slot, 8192)
-        store(tier, 1, [key(0), key(1), key(2)], [0, 1, 2])
+        store(tier, 1, [key(0), key(1), key(2), key(3)], [0, 1, 2, 3])
         assert finished(tier) == {1: TierJobResult(1, True)}
         path = tier.path_of(key(1))
         assert path is not None and path.stat().st_size == 8192
         flip_byte(tier, key(1), 100, 1)
+        longer = tier.path_of(key(3))  # the right bytes, then one more
+        assert longer is not None
+        longer.write_bytes(longer.read_bytes() + b"\0")
         memory[:] = 0
-        load(tier, 2, [key(0), key(1), key(2)], [5, 6, 7])
+        load(tier, 2, [key(0), key(1), key(2), key(3)], [4, 5, 6, 7])
         assert finished(tier) == {2: TierJobResult(2, False, frozenset({key(0), key(2)}))}
-        assert np.array_equal(memory[5], pattern(0, 8192))
-        assert np.array_equal(memory[7], pattern(2, 8192))
+        assert np.array_equal(memory[4], pattern(0, 8192))
+        assert np.array_equal(memory[6], pattern(2, 8192))
     finally:
         tier.shutdown()
 
