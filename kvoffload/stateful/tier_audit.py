@@ -36,7 +36,13 @@ from kvoffload.spec.violations import Invariant, SpecViolation
 from kvoffload.stateful.auditing import AuditReport, default_seed
 from kvoffload.stateful.drivers import run_seed
 from kvoffload.stateful.shrink import shrink_sequence
-from kvoffload.stateful.tier_harness import ROW_BYTES, TierFactory, TierHarness, TierOp
+from kvoffload.stateful.tier_harness import (
+    KIT_THREAD_PREFIX,
+    ROW_BYTES,
+    TierFactory,
+    TierHarness,
+    TierOp,
+)
 from kvoffload.stateful.tier_noise import Noise, Pause, Probe, Schedule, nap
 
 DEFAULT_TIER_EXAMPLES = 500
@@ -172,7 +178,7 @@ class PollThread(threading.Thread):
     while the main thread makes the other calls under the same lock."""
 
     def __init__(self, harness: TierHarness, lock: threading.Lock) -> None:
-        super().__init__(daemon=True, name="kvoffload-tier-poll")
+        super().__init__(daemon=True, name=f"{KIT_THREAD_PREFIX}tier-poll")
         self.harness = harness
         self.lock = lock
         self.stopping = threading.Event()
@@ -251,6 +257,9 @@ def _replay(
         # a pause records the steps of both callers, in the order they took effect
         tracer.progress = lambda: (len(harness.ops), harness.done)
         harness.on_step = tracer.snapshot
+        if tracer.active:
+            harness.quietly = tracer.quiet
+            harness.threads_idle = tracer.others_idle
     if tracer is not None and tracer.active:
         harness.tier = tracer.wrap(harness.tier)
     lock = threading.Lock()

@@ -23,6 +23,7 @@ renders the trace as calls of these methods).
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
 import shutil
@@ -30,6 +31,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractContextManager
 from typing import Any
 
 import attrs
@@ -71,8 +73,9 @@ SHUTDOWN_BOUND_S = 5.0
 POLL_CENSUS_REQUEST = 999
 """The request the lookups after a poll (:meth:`TierHarness.poll`) ask for."""
 
-KIT_THREAD_PREFIX = "kvoffload-"
-"""The names of the kit's own threads (not counted as the tier's)."""
+KIT_THREAD_PREFIX = "kvoffload-kit-"
+"""The names of the kit's own threads (not counted as the tier's; a tier's
+threads may be named after its package, e.g. ``kvoffload-fs-tier-0``)."""
 
 
 class TempDirTier:
@@ -227,6 +230,16 @@ class TierHarness:
     on_step: Callable[[int], None] | None = attrs.field(init=False, default=None)
     """Called as each step begins, with the number of steps begun before it
     (the noise notes where the tier's threads are then)."""
+    quietly: Callable[[], AbstractContextManager[object]] = attrs.field(
+        init=False, default=contextlib.nullcontext
+    )
+    """Around the census's lookups asked again while RETRY: polls, whose
+    lines the noise counts but neither delays nor pauses
+    (:meth:`~kvoffload.stateful.tier_noise.Noise.quiet`)."""
+    threads_idle: Callable[[], bool] | None = attrs.field(init=False, default=None)
+    """Whether every thread the tier started sleeps in the kernel (two
+    looks: :meth:`~kvoffload.stateful.tier_noise.Noise.others_idle`); None
+    when no noise watches the threads (:meth:`settle` then always naps)."""
     next_job: int = 0
     versions: dict[OffloadKey, int] = attrs.field(init=False, factory=dict)
     stored_ever: set[OffloadKey] = attrs.field(init=False, factory=set)
@@ -701,8 +714,14 @@ class TierHarness:
         self.disk_limit = None
 
     def settle(self) -> None:
-        """Let the tier's own threads run for a millisecond."""
-        nap(0.001)
+        """Let the tier's own threads run for a millisecond. Nothing to wait
+        for, no nap: the tier started no thread, or no job is in flight and
+        every thread it started sleeps in the kernel (:attr:`threads_idle`)."""
+        idle = not self.tier_threads() or (
+            not self.model.jobs and self.threads_idle is not None and self.threads_idle()
+        )
+        if not idle:
+            nap(0.001)
         self._record("t.settle()")
 
     def new_request(self, req: int) -> None:
@@ -805,16 +824,19 @@ class TierHarness:
         hits: set[OffloadKey] = set()
         waiting = [(index, context) for index in range(self.num_keys) for context in contexts]
         deadline = time.perf_counter() + RETRY_BOUND_S
+        asking: Callable[[], AbstractContextManager[object]] = contextlib.nullcontext
         while waiting:
             retry = []
-            for index, context in waiting:
-                key = self.keys[index]
-                answer = self._ask(key, context)
-                if answer is LookupResult.HIT:
-                    hits.add(key)
-                elif answer is LookupResult.RETRY:
-                    retry.append((index, context))
+            with asking():
+                for index, context in waiting:
+                    key = self.keys[index]
+                    answer = self._ask(key, context)
+                    if answer is LookupResult.HIT:
+                        hits.add(key)
+                    elif answer is LookupResult.RETRY:
+                        retry.append((index, context))
             waiting = retry
+            asking = self.quietly  # asking again is polling
             if not waiting:
                 break
             if time.perf_counter() > deadline:

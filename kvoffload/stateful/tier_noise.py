@@ -30,13 +30,14 @@ chance replays the same way every time.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import sys
 import sysconfig
 import threading
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from types import FrameType, TracebackType
 from typing import Any, Literal
 
@@ -114,6 +115,35 @@ def nap(seconds: float) -> None:
         _NAPPING.discard(me)
 
 
+_READ_BYTES = 128
+"""Enough of a ``stat`` or ``schedstat`` file for the fields read."""
+
+
+def _reader() -> Callable[[int], bytes]:
+    """A function reading the first :data:`_READ_BYTES` of an open file
+    (empty on an error), for one :class:`_ThreadStates` (its buffer is
+    used under that object's lock): libc's ``pread`` through
+    ``ctypes.PyDLL``, which keeps the interpreter lock during the call.
+    ``os.pread`` gives the lock up, so each read of a look handed the
+    interpreter to the threads being looked at: most of a look's cost in
+    a threaded audit. ``os.pread`` where the C library has no ``pread``."""
+    try:
+        import ctypes
+
+        pread = ctypes.PyDLL(None).pread
+    except (ImportError, OSError, AttributeError):  # pragma: no cover - not POSIX
+        return lambda fd: os.pread(fd, _READ_BYTES, 0)
+    pread.argtypes = (ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_long)
+    pread.restype = ctypes.c_ssize_t
+    buffer = ctypes.create_string_buffer(_READ_BYTES)
+
+    def read(fd: int) -> bytes:
+        count: int = pread(fd, buffer, _READ_BYTES, 0)
+        return buffer.raw[:count] if count > 0 else b""
+
+    return read
+
+
 class _ThreadStates:
     """What the kernel says of a thread of this process, read with one
     ``pread`` of its ``/proc`` files, kept open (:meth:`close` closes
@@ -124,6 +154,7 @@ class _ThreadStates:
 
     def __init__(self) -> None:
         self.fds: dict[tuple[int, str], int] = {}
+        self.read = _reader()
         self.lock = threading.Lock()
         """Held while a file is read or closed (two paused threads may look
         at once; a file closed under a reader could be reused by another)."""
@@ -143,7 +174,7 @@ class _ThreadStates:
                     if not self.closed:
                         self.fds[native_id, name] = fd
                 try:
-                    text = os.pread(fd, 128, 0)
+                    text = self.read(fd)
                 except OSError:
                     text = b""
                 if self.closed:
@@ -416,6 +447,8 @@ class Noise(_Tracing):
         and which time that was."""
         self.snapshots: list[tuple[int, list[tuple[tuple[str, int, bool], int, str]]]] = []
         """Where the tier's threads were as each step began (:meth:`snapshot`)."""
+        self.quiet_threads: set[int] = set()
+        """Idents of the threads inside :meth:`quiet`."""
 
     def __enter__(self) -> Noise:
         super().__enter__()
@@ -425,6 +458,8 @@ class Noise(_Tracing):
         if event == "line" and self.active:
             self.lines += 1
             me = threading.get_ident()
+            if me in self.quiet_threads:
+                return self.line_tracer
             caller = me in self.callers
             where = (frame.f_code.co_filename, frame.f_lineno, caller)
             # [turns left hot, times reached]; not under a lock (one per line
@@ -451,6 +486,30 @@ class Noise(_Tracing):
                 time.sleep(self.rng.random() * MAX_SLEEP)
         return self.line_tracer
 
+    @contextlib.contextmanager
+    def quiet(self) -> Iterator[None]:
+        """While inside, the current thread's lines of the tier's code are
+        counted (they are progress for a paused thread) but neither delayed
+        nor paused, and use up no hot line's turns: the kit's polls (a
+        census asking again while RETRY), whose interleavings with the
+        tier's threads those threads' own noise opens."""
+        me = threading.get_ident()
+        self.quiet_threads.add(me)
+        try:
+            yield
+        finally:
+            self.quiet_threads.discard(me)
+
+    def others_idle(self) -> bool:
+        """Every other thread of the run sleeps in the kernel, not in a kit
+        nap, at two looks a yield apart (nothing would run if the caller
+        waited)."""
+        me = threading.get_native_id()
+        if self._asleep_others(me) is None:
+            return False
+        time.sleep(0)
+        return self._asleep_others(me) is not None
+
     def pause(self, where: tuple[str, int, bool] | None = None, hit: int = 1) -> None:
         """Hold the current thread until the others have made progress:
         :data:`PAUSE_STEPS` of the caller's steps completed or :data:`PAUSE_LINES`
@@ -465,15 +524,12 @@ class Noise(_Tracing):
             self.pauses.append((where, hit, began, self.progress()[1], end, name))
 
     def _hold(self) -> PauseEnd:
-        me = threading.get_native_id()
         lines, steps = self.lines, self.steps
         want = self.rng.randint(*PAUSE_STEPS)
         deadline = time.monotonic() + PAUSE_BOUND
         while self.active:
-            if self._others_stalled(me):
-                time.sleep(0)  # a second look: not a moment between two runs
-                if self._others_stalled(me):
-                    return "stalled"
+            if self.others_idle():  # two looks: not a moment between two runs
+                return "stalled"
             time.sleep(PAUSE_TICK)
             if self.steps - steps >= want:
                 return "steps"
@@ -515,11 +571,6 @@ class Noise(_Tracing):
             Pause(where[0], where[1], hit, after, until, where[2], end, name)
             for where, hit, after, until, end, name in self.pauses
         ]
-
-    def _others_stalled(self, me: int) -> bool:
-        """Every other live thread of the run sleeps in the kernel, not in
-        a kit nap."""
-        return self._asleep_others(me) is not None
 
 
 class Schedule(_Tracing):

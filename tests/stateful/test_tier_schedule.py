@@ -15,8 +15,11 @@ import time
 
 import pytest
 
+from kvoffload.impl.memtier import MemoryTier
 from kvoffload.spec.profile import DEFAULT
-from kvoffload.stateful.tier_audit import TierRunShape, replay
+from kvoffload.stateful import tier_harness, tier_noise
+from kvoffload.stateful.targets import file_system_tier
+from kvoffload.stateful.tier_audit import TierRunShape, make_harness, replay
 from kvoffload.stateful.tier_noise import (
     DIRECTED_SWITCH_INTERVAL,
     PROBE_SWITCH_INTERVAL,
@@ -310,3 +313,60 @@ def test_thread_states_are_read_through_kept_files_and_an_ended_thread_is_droppe
     assert states.fds == {}
     assert states(threading.get_native_id()) == "R"  # still answers, keeping nothing
     assert states.fds == {}
+
+
+def test_quiet_lines_count_as_progress_but_never_pause_or_delay(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Inside ``Noise.quiet`` (a census asking again while RETRY) the
+    caller's lines of the tier count, and make no hot line and no pause;
+    outside it, with every line hot, the same call pauses."""
+    monkeypatch.setattr(tier_noise, "HOT_RATE", 1.0)
+    tier = LostUpdate()
+    try:
+        with Noise(random.Random(1)) as noise:
+            traced = noise.wrap(tier)
+            with noise.quiet():
+                traced.bump(1)
+            assert noise.lines > 0
+            assert noise.hot == {} and noise.recorded() == []
+            assert noise.quiet_threads == set()
+            traced.bump(1)
+            assert noise.recorded(), "outside quiet() a hot line pauses"
+    finally:
+        tier.stop()
+    assert tier.value == 2
+
+
+def test_settle_naps_only_while_the_tiers_threads_may_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``settle`` waits a millisecond for the tier's threads; not when the
+    tier started none, nor when no job is in flight and every thread it
+    started sleeps (``threads_idle``, set by the audit's noise)."""
+    naps: list[float] = []
+    monkeypatch.setattr(tier_harness, "nap", naps.append)
+    shape = TierRunShape(2, 4, row_bytes=4096)
+    threadless = make_harness(MemoryTier, shape, DEFAULT)
+    try:
+        threadless.settle()
+        assert naps == []
+    finally:
+        threadless.close()
+    threaded = make_harness(file_system_tier, shape, DEFAULT)
+    try:
+        assert threaded.tier_threads()
+        threaded.settle()  # nothing watches the threads: always a nap
+        assert naps == [0.001]
+        threaded.threads_idle = lambda: True
+        threaded.settle()
+        assert naps == [0.001]
+        assert threaded.store([0]) is not None  # in flight until polled
+        threaded.settle()
+        assert naps == [0.001, 0.001]
+        threaded.threads_idle = lambda: False
+        threaded.drain()
+        threaded.settle()
+        assert naps == [0.001, 0.001, 0.001]
+    finally:
+        threaded.close()
