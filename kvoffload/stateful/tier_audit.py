@@ -411,11 +411,16 @@ def find_schedule(
     ``time_budget`` seconds have passed, directed replays of its calls: with
     no pause; with one of the tier's threads held where it stood as a call
     began (:func:`_held_positions`); with each of its recorded pauses alone
-    (as recorded, then held longer); with all of them, dropping pauses
-    (delta debugging, :func:`~kvoffload.stateful.shrink.shrink_sequence`)
-    while the replay still fails every time; then with one pause at each
-    line the tier's threads reach (:class:`~kvoffload.stateful.tier_noise.Probe`),
-    held a step or two, then begun later, up to the failing call."""
+    (as recorded, then held longer); with each moved to where a replay
+    with no pause reaches its line (:func:`_retimed`;
+    :class:`~kvoffload.stateful.tier_noise.Probe`, its threads run eagerly,
+    then starved); with one pause at each line the eager replay's threads
+    reach, held a step or two, then begun later, up to the failing call;
+    with all the recorded pauses, dropping pauses (delta debugging,
+    :func:`~kvoffload.stateful.shrink.shrink_sequence`) while the replay
+    still fails every time; with the recorded pauses moved and held
+    further (``_retimed(wider=True)``); with one pause at each line the
+    starved replay's threads reach."""
     deadline = time.perf_counter() + time_budget
 
     def directed(
@@ -441,15 +446,21 @@ def find_schedule(
                 return Directed(order, candidate, outcome[0], outcome[1], DIRECTED_TRIES)
         return None
 
-    def probed(order: list[TierOp], tried: list[Pause]) -> Iterator[list[Pause]]:
-        """One pause at each line the tier's threads reach in a replay of
-        ``order`` (the last first), held :data:`WIDER` steps."""
-        probe = Probe()
+    def reached(order: list[TierOp], eager: bool) -> list[Pause]:
+        """Each line the tier's threads reach in a directed replay of
+        ``order`` with no pause (:class:`~kvoffload.stateful.tier_noise.Probe`),
+        in order; ``eager``: the threads run until they stall before each call."""
+        probe = Probe(eager=eager)
         replay(factory, shape, order, profile, schedule=probe)
+        return probe.reached
+
+    def probed(reaches: list[Pause], tried: list[Pause]) -> Iterator[list[Pause]]:
+        """One pause at each line the tier's threads reach (``reaches``, the
+        last first), held :data:`WIDER` steps."""
         seen = {(pause.file, pause.line, pause.hit) for pause in tried}
         fresh = [
             reach
-            for reach in reversed(probe.reached)
+            for reach in reversed(reaches)
             if (reach.file, reach.line, reach.hit) not in seen
         ]
         for more in WIDER:
@@ -467,29 +478,38 @@ def find_schedule(
                     if after > reach.after and after >= 0:
                         yield [attrs.evolve(reach, after=after, until=until)]
 
+    def shrunk(order: list[TierOp], pauses: list[Pause]) -> Directed | None:
+        """All of ``pauses``, if they fail every time, with pauses dropped
+        while the replay still does (delta debugging), checked again."""
+        if len(pauses) < 2 or time.perf_counter() > deadline or not directed(order, pauses):
+            return None
+
+        def fails(candidate: list[Pause]) -> list[Pause] | None:
+            return candidate if directed(order, candidate) is not None else None
+
+        left = max(0.0, deadline - time.perf_counter())
+        smaller = shrink_sequence(pauses, fails, lambda pause: [], time_budget=left)
+        # a shrunk schedule that was lucky is not deterministic: checked again
+        return first(order, [smaller])
+
     for order, recorded, positions in recordings:
         if time.perf_counter() > deadline:
             break
         # the pauses begun before the failing call
         pauses = [pause for pause in recorded if pause.after < len(order)]
-        found = first(order, _held_positions(order, positions))
+        found = first(order, _held_positions(order, positions)) or first(
+            order, _single_pauses(pauses)
+        )
         if found is not None:
             return found
-        found = first(order, _single_pauses(pauses))
-        if found is not None:
-            return found
-        if len(pauses) > 1 and time.perf_counter() < deadline and directed(order, pauses):
-
-            def fails(candidate: list[Pause]) -> list[Pause] | None:
-                return candidate if directed(order, candidate) is not None else None
-
-            left = max(0.0, deadline - time.perf_counter())
-            shrunk = shrink_sequence(pauses, fails, lambda pause: [], time_budget=left)
-            # a shrunk schedule that was lucky is not deterministic: checked again
-            found = first(order, [shrunk])
-            if found is not None:
-                return found
-        found = first(order, probed(order, pauses))
+        early, late = reached(order, eager=True), reached(order, eager=False)
+        found = (
+            first(order, _retimed(pauses, early + late, wider=False))
+            or first(order, probed(early, pauses))
+            or shrunk(order, pauses)
+            or first(order, _retimed(pauses, early + late, wider=True))
+            or first(order, probed(late, pauses))
+        )
         if found is not None:
             return found
     return None
@@ -524,6 +544,48 @@ def _single_pauses(pauses: list[Pause]) -> Iterator[list[Pause]]:
         for pause in threads:
             until = max(pause.until, pause.after) + more
             yield [attrs.evolve(pause, until=until, end="steps")]
+
+
+def _retimed(
+    pauses: list[Pause], reaches: list[Pause], wider: bool
+) -> Iterator[list[Pause]]:
+    """Each recorded pause of the tier's own threads (the last first) begun
+    where a directed replay with no pause reaches its line that time
+    (``reaches``: replays whose threads run eagerly, then starved), held
+    as many steps as recorded (at least one). The noise delays a thread,
+    and a replay starves it until the caller blocks, so the run that failed
+    and a replay reach the line at different steps; a window begun before
+    the thread is there holds the caller until it is. ``wider``: the
+    candidates not tried without it: also begun one and two steps before
+    those steps and before the recorded one, and held :data:`WIDER` steps
+    longer."""
+    at: dict[tuple[str, int, int], list[int]] = {}
+    for reach in reaches:
+        steps = at.setdefault((reach.file, reach.line, reach.hit), [])
+        if reach.after not in steps:
+            steps.append(reach.after)
+    threads = [pause for pause in reversed(pauses) if not pause.caller]
+    seen: set[tuple[str, int, int, int, int]] = set()
+    for more in (0, *WIDER) if wider else (0,):
+        for shift in (0, 1, 2) if wider else (0,):
+            for pause in threads:
+                reached = at.get((pause.file, pause.line, pause.hit))
+                if reached is None:
+                    continue  # a replay never gets there
+                held = max(1, pause.until - pause.after) + more
+                starts = [step - shift for step in reached]
+                if wider:
+                    starts.append(pause.after - shift)
+                for start in starts:
+                    if start < 0 or (start == pause.after and more == 0):
+                        continue  # tried as recorded
+                    if wider and shift == more == 0 and start in reached:
+                        continue  # tried without ``wider``
+                    key = (pause.file, pause.line, pause.hit, start, held)
+                    if key in seen:
+                        continue
+                    seen.add(key)
+                    yield [attrs.evolve(pause, after=start, until=start + held, end="steps")]
 
 
 def audit_tier(

@@ -708,21 +708,30 @@ class Schedule(_Tracing):
         self.started += 1
 
     def _await(self, index: int) -> None:
+        why = self._wait(lambda: self.engaged[index])
+        if why is not None:
+            self.missed.append(
+                f"{self.pauses[index].describe()} was not reached before step "
+                f"{self.started + 1} ({why})"
+            )
+
+    def _wait(self, done: Callable[[], bool]) -> str | None:
+        """Nap until ``done()``; why it gave up first ("the others
+        stalled": :data:`STALL_LOOKS` looks saw the other threads asleep
+        and not moving; "the bound"), None once done or stopped."""
         me = threading.get_native_id()
         deadline = time.monotonic() + self.bound
         quiet, last = 0, None
-        while self.active and not self.engaged[index]:
+        while self.active and not done():
             look = self._look(me)
             quiet = quiet + 1 if look is not None and look == last else 0
             last = look
-            if quiet >= STALL_LOOKS or time.monotonic() > deadline:
-                why = "the others stalled" if quiet >= STALL_LOOKS else "the bound"
-                self.missed.append(
-                    f"{self.pauses[index].describe()} was not reached before step "
-                    f"{self.started + 1} ({why})"
-                )
-                return
+            if quiet >= STALL_LOOKS:
+                return "the others stalled"
+            if time.monotonic() > deadline:
+                return "the bound"
             nap(PAUSE_TICK)
+        return None
 
     def _look(self, me: int) -> tuple[tuple[int, int | None], ...] | None:
         """The other threads of the run (thread, nanoseconds on a CPU), when
@@ -768,9 +777,22 @@ class Probe(Schedule):
     :func:`~kvoffload.stateful.tier_audit.find_schedule` to try pauses at
     lines the noise did not make hot."""
 
-    def __init__(self) -> None:
+    def __init__(self, eager: bool = False) -> None:
         super().__init__([], switch_interval=PROBE_SWITCH_INTERVAL)
         self.reached: list[Pause] = []
+        self.eager = eager
+        """Before each step, wait until the tier's threads stall (each line
+        is then noted at the earliest step a thread can reach it; without,
+        a thread the caller starves reaches it when the caller blocks)."""
+
+    def before_step(self) -> None:
+        if self.eager:
+            self._wait(lambda: False)
+        super().before_step()
+
+    # every file of the tier's code, not only the files a schedule lists
+    # (it lists none): without this the probe reached no line at all
+    _wanted = _Tracing._wanted
 
     def _line(self, frame: FrameType, event: str, arg: Any) -> Tracer:
         if event == "line" and self.active and threading.get_ident() not in self.callers:

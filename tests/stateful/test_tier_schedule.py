@@ -370,3 +370,33 @@ def test_settle_naps_only_while_the_tiers_threads_may_run(
         assert naps == [0.001, 0.001, 0.001]
     finally:
         threaded.close()
+
+
+def probe_lost_update(eager: bool) -> Probe:
+    """Step 1 submits 1, step 2 bumps by 100, under a probe."""
+    with Probe(eager=eager) as probe:
+        tier = LostUpdate()
+        traced = probe.wrap(tier)
+        for call, amount in (("submit", 1), ("bump", 100)):
+            probe.before_step()
+            getattr(traced, call)(amount)
+            probe.stepped()
+        tier.wait()
+        tier.stop()
+    return probe
+
+
+def test_a_probe_notes_the_lines_the_tiers_threads_reach() -> None:
+    """A probe lists no file, yet traces every file of the tier's code (it
+    once reached no line at all, so ``find_schedule`` never tried a line
+    the noise had not made hot); an eager probe lets the threads run
+    before each step, so the worker's write is noted at the earliest step
+    it can happen: before step 2 begins."""
+    for eager in (False, True):
+        writes = [
+            reach for reach in probe_lost_update(eager).reached
+            if reach.line == WRITE and reach.file.endswith("test_tier_schedule.py")
+        ]
+        assert len(writes) == 1 and writes[0].thread == "lost-update"
+        if eager:
+            assert (writes[0].after, writes[0].until) == (1, 1)
