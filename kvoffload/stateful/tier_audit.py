@@ -502,6 +502,8 @@ def find_schedule(
         )
         if found is not None:
             return found
+        if time.perf_counter() > deadline:
+            break
         early, late = reached(order, eager=True), reached(order, eager=False)
         found = (
             first(order, _retimed(pauses, early + late, wider=False))

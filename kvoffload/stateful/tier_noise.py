@@ -715,12 +715,13 @@ class Schedule(_Tracing):
                 f"{self.started + 1} ({why})"
             )
 
-    def _wait(self, done: Callable[[], bool]) -> str | None:
+    def _wait(self, done: Callable[[], bool], bound: float | None = None) -> str | None:
         """Nap until ``done()``; why it gave up first ("the others
         stalled": :data:`STALL_LOOKS` looks saw the other threads asleep
-        and not moving; "the bound"), None once done or stopped."""
+        and not moving; "the bound": ``bound`` seconds, by default the
+        schedule's), None once done or stopped."""
         me = threading.get_native_id()
-        deadline = time.monotonic() + self.bound
+        deadline = time.monotonic() + (self.bound if bound is None else bound)
         quiet, last = 0, None
         while self.active and not done():
             look = self._look(me)
@@ -781,13 +782,15 @@ class Probe(Schedule):
         super().__init__([], switch_interval=PROBE_SWITCH_INTERVAL)
         self.reached: list[Pause] = []
         self.eager = eager
-        """Before each step, wait until the tier's threads stall (each line
-        is then noted at the earliest step a thread can reach it; without,
-        a thread the caller starves reaches it when the caller blocks)."""
+        """Before each step, wait until the tier's threads stall, or
+        :data:`PAUSE_BOUND` (a thread that never sleeps costs no more): each
+        line is then noted at the earliest step a thread can reach it;
+        without, a thread the caller starves reaches it when the caller
+        blocks."""
 
     def before_step(self) -> None:
         if self.eager:
-            self._wait(lambda: False)
+            self._wait(lambda: False, PAUSE_BOUND)
         super().before_step()
 
     # every file of the tier's code, not only the files a schedule lists
