@@ -410,13 +410,14 @@ def find_schedule(
     For each recording in turn (see :func:`race_recordings`), until
     ``time_budget`` seconds have passed, directed replays of its calls: with
     no pause; with one of the tier's threads held where it stood as a call
-    began (:func:`_held_positions`); with each of its recorded pauses alone
-    (as recorded, then held longer); with each moved to where a replay
-    with no pause reaches its line (:func:`_retimed`;
-    :class:`~kvoffload.stateful.tier_noise.Probe`, its threads run eagerly,
-    then starved); with one pause at each line the eager replay's threads
-    reach, held a step or two, then begun later, up to the failing call;
-    with all the recorded pauses, dropping pauses (delta debugging,
+    began, through that call (:func:`_held_positions`); with each of its
+    recorded pauses alone, as recorded (:func:`_single_pauses`); with each
+    moved to where a replay with no pause reaches its line
+    (:func:`_retimed`; :class:`~kvoffload.stateful.tier_noise.Probe`, its
+    threads run eagerly, then starved); with one pause at each line the
+    eager replay's threads reach, held a step or two, then begun later, up
+    to the failing call; the held positions and recorded pauses held
+    longer; with all the recorded pauses, dropping pauses (delta debugging,
     :func:`~kvoffload.stateful.shrink.shrink_sequence`) while the replay
     still fails every time; with the recorded pauses moved and held
     further (``_retimed(wider=True)``); with one pause at each line the
@@ -497,8 +498,10 @@ def find_schedule(
             break
         # the pauses begun before the failing call
         pauses = [pause for pause in recorded if pause.after < len(order)]
-        found = first(order, _held_positions(order, positions)) or first(
-            order, _single_pauses(pauses)
+        # the narrowest candidates of every kind before the wider ones: a
+        # long run has many calls, and the budget may not reach the end
+        found = first(order, _held_positions(order, positions, wider=False)) or first(
+            order, _single_pauses(pauses, wider=False)
         )
         if found is not None:
             return found
@@ -508,6 +511,8 @@ def find_schedule(
         found = (
             first(order, _retimed(pauses, early + late, wider=False))
             or first(order, probed(early, pauses))
+            or first(order, _held_positions(order, positions, wider=True))
+            or first(order, _single_pauses(pauses, wider=True))
             or shrunk(order, pauses)
             or first(order, _retimed(pauses, early + late, wider=True))
             or first(order, probed(late, pauses))
@@ -521,27 +526,32 @@ WIDER = (1, 2)
 """How many more steps :func:`find_schedule` tries holding a recorded pause."""
 
 
-def _held_positions(order: list[TierOp], positions: list[Pause]) -> Iterator[list[Pause]]:
+def _held_positions(
+    order: list[TierOp], positions: list[Pause], wider: bool
+) -> Iterator[list[Pause]]:
     """The schedules :func:`find_schedule` tries first: one of the tier's
-    threads held where it was as a call of the run began, through that call
-    (then one and two calls more), the calls nearest the failing one first.
-    None at all comes first: the calls' order alone."""
-    yield []
+    threads held where it was as a call of the run began, through that call,
+    the calls nearest the failing one first; ``wider``: instead, held one
+    and two calls more. Without ``wider``, none at all comes first: the
+    calls' order alone."""
+    if not wider:
+        yield []
     steps = [position for position in positions if position.after < len(order)]
-    for more in (0, *WIDER):
+    for more in WIDER if wider else (0,):
         for position in steps:
             if position.until + more <= len(order):
                 yield [attrs.evolve(position, until=position.until + more)]
 
 
-def _single_pauses(pauses: list[Pause]) -> Iterator[list[Pause]]:
-    """The schedules of one recorded pause that :func:`find_schedule` tries
-    after the held positions: each recorded pause of the tier's own
-    threads as it was, the last first (a window is near the failing call);
-    then each held :data:`WIDER` steps longer than it began."""
+def _single_pauses(pauses: list[Pause], wider: bool) -> Iterator[list[Pause]]:
+    """Each recorded pause of the tier's own threads alone, as it was, the
+    last first (a window is near the failing call); ``wider``: instead,
+    each held :data:`WIDER` steps longer than it began."""
     threads = [pause for pause in reversed(pauses) if not pause.caller]
-    for pause in threads:
-        yield [pause]
+    if not wider:
+        for pause in threads:
+            yield [pause]
+        return
     for more in WIDER:
         for pause in threads:
             until = max(pause.until, pause.after) + more
