@@ -408,20 +408,22 @@ def find_schedule(
     :data:`DIRECTED_TRIES` directed replays, or None.
 
     For each recording in turn (see :func:`race_recordings`), until
-    ``time_budget`` seconds have passed, directed replays of its calls: with
-    no pause; with one of the tier's threads held where it stood as a call
-    began, through that call (:func:`_held_positions`); with each of its
-    recorded pauses alone, as recorded (:func:`_single_pauses`); with each
-    moved to where a replay with no pause reaches its line
-    (:func:`_retimed`; :class:`~kvoffload.stateful.tier_noise.Probe`, its
-    threads run eagerly, then starved); with one pause at each line the
-    eager replay's threads reach, held a step or two, then begun later, up
-    to the failing call; the held positions and recorded pauses held
-    longer; with all the recorded pauses, dropping pauses (delta debugging,
+    ``time_budget`` seconds have passed, directed replays of its calls,
+    the narrowest candidates of every kind first: with no pause; with one
+    of the tier's threads held where it stood as a call began, through
+    that call (:func:`_held_positions`); with each of its recorded pauses
+    alone, as recorded (:func:`_single_pauses`); with each moved to where a
+    replay with no pause reaches its line (:func:`_retimed`;
+    :class:`~kvoffload.stateful.tier_noise.Probe`, its threads run eagerly,
+    then starved); with one pause at each line the eager replay's threads
+    reach, held one step; with the caller held at each line it reaches
+    until the tier's threads stall (:func:`_held_callers`). Then wider:
+    the held positions and recorded pauses held longer; all the recorded
+    pauses, dropping pauses (delta debugging,
     :func:`~kvoffload.stateful.shrink.shrink_sequence`) while the replay
-    still fails every time; with the recorded pauses moved and held
-    further (``_retimed(wider=True)``); with one pause at each line the
-    starved replay's threads reach."""
+    still fails every time; the retimed pauses begun earlier and held
+    longer; the probes' lines held two steps, then windows ending at the
+    failing call."""
     deadline = time.perf_counter() + time_budget
 
     def directed(
@@ -455,18 +457,23 @@ def find_schedule(
         replay(factory, shape, order, profile, schedule=probe)
         return probe.reached
 
-    def probed(reaches: list[Pause], tried: list[Pause]) -> Iterator[list[Pause]]:
+    def probed(
+        order: list[TierOp], reaches: list[Pause], tried: list[Pause], wider: bool
+    ) -> Iterator[list[Pause]]:
         """One pause at each line the tier's threads reach (``reaches``, the
-        last first), held :data:`WIDER` steps."""
-        seen = {(pause.file, pause.line, pause.hit) for pause in tried}
+        last first), held one step; ``wider``: instead, held two, then
+        windows ending at the failing call."""
+        seen = {(pause.file, pause.line, pause.hit) for pause in tried if not pause.caller}
         fresh = [
             reach
             for reach in reversed(reaches)
-            if (reach.file, reach.line, reach.hit) not in seen
+            if not reach.caller and (reach.file, reach.line, reach.hit) not in seen
         ]
-        for more in WIDER:
+        for more in WIDER[1:] if wider else WIDER[:1]:
             for reach in fresh:
                 yield [attrs.evolve(reach, until=reach.after + more)]
+        if not wider:
+            return
         # then windows that end at the failing call (or the one before it),
         # begun later than the probe's thread reached the line: the replay
         # holds the caller until the thread is there, and the thread there
@@ -510,12 +517,15 @@ def find_schedule(
         early, late = reached(order, eager=True), reached(order, eager=False)
         found = (
             first(order, _retimed(pauses, early + late, wider=False))
-            or first(order, probed(early, pauses))
+            or first(order, probed(order, early, pauses, wider=False))
+            or first(order, _held_callers(early))
             or first(order, _held_positions(order, positions, wider=True))
             or first(order, _single_pauses(pauses, wider=True))
             or shrunk(order, pauses)
             or first(order, _retimed(pauses, early + late, wider=True))
-            or first(order, probed(late, pauses))
+            or first(order, probed(order, early, pauses, wider=True))
+            or first(order, probed(order, late, pauses, wider=False))
+            or first(order, probed(order, late, pauses, wider=True))
         )
         if found is not None:
             return found
@@ -558,6 +568,17 @@ def _single_pauses(pauses: list[Pause], wider: bool) -> Iterator[list[Pause]]:
             yield [attrs.evolve(pause, until=until, end="steps")]
 
 
+def _held_callers(reaches: list[Pause]) -> Iterator[list[Pause]]:
+    """The caller held at each line of the tier's code it reaches in a
+    replay (``reaches``, the last first) until the tier's threads stall (a
+    held caller completes no step): a window on the caller's side, e.g. a
+    list of results copied and then cleared without the lock, for the
+    tier's threads to run in."""
+    for reach in reversed(reaches):
+        if reach.caller:
+            yield [reach]
+
+
 def _retimed(
     pauses: list[Pause], reaches: list[Pause], wider: bool
 ) -> Iterator[list[Pause]]:
@@ -573,6 +594,8 @@ def _retimed(
     longer."""
     at: dict[tuple[str, int, int], list[int]] = {}
     for reach in reaches:
+        if reach.caller:
+            continue
         steps = at.setdefault((reach.file, reach.line, reach.hit), [])
         if reach.after not in steps:
             steps.append(reach.after)

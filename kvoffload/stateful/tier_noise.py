@@ -773,8 +773,9 @@ class Schedule(_Tracing):
 
 class Probe(Schedule):
     """A directed replay with no pause that notes every line of the tier's
-    code the tier's own threads reach (:attr:`reached`: as a :class:`Pause`
-    there would name it, begun then and held for no step), for
+    code each thread reaches (:attr:`reached`: as a :class:`Pause` there
+    would name it, begun then and held for no step; a caller's until the
+    others stall, as a held caller completes no step), for
     :func:`~kvoffload.stateful.tier_audit.find_schedule` to try pauses at
     lines the noise did not make hot."""
 
@@ -798,12 +799,18 @@ class Probe(Schedule):
     _wanted = _Tracing._wanted
 
     def _line(self, frame: FrameType, event: str, arg: Any) -> Tracer:
-        if event == "line" and self.active and threading.get_ident() not in self.callers:
-            where = (frame.f_code.co_filename, frame.f_lineno, False)
+        if event == "line" and self.active:
+            caller = threading.get_ident() in self.callers
+            where = (frame.f_code.co_filename, frame.f_lineno, caller)
             with self.counting:
                 hit = self.hits[where] = self.hits.get(where, 0) + 1
             name = threading.current_thread().name
-            self.reached.append(Pause(where[0], where[1], hit, self.started, self.steps, thread=name))
+            self.reached.append(
+                Pause(
+                    where[0], where[1], hit, self.started, self.steps, caller,
+                    "stalled" if caller else "steps", name,
+                )
+            )
         return self.line_tracer
 
 

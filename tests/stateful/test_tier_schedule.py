@@ -19,7 +19,7 @@ from kvoffload.impl.memtier import MemoryTier
 from kvoffload.spec.profile import DEFAULT
 from kvoffload.stateful import tier_harness, tier_noise
 from kvoffload.stateful.targets import file_system_tier
-from kvoffload.stateful.tier_audit import TierRunShape, make_harness, replay
+from kvoffload.stateful.tier_audit import TierRunShape, _held_callers, make_harness, replay
 from kvoffload.stateful.tier_noise import (
     DIRECTED_SWITCH_INTERVAL,
     PROBE_SWITCH_INTERVAL,
@@ -55,7 +55,7 @@ class LostUpdate:
         self.jobs.put(amount)
 
     def bump(self, amount: int) -> None:
-        self.value += amount
+        self.value += amount  # BUMP
 
     def wait(self) -> None:
         self.jobs.join()
@@ -65,10 +65,13 @@ class LostUpdate:
         self.worker.join(timeout=5)
 
 
-WRITE = next(
-    number
-    for number, line in enumerate(open(__file__, encoding="utf-8"), 1)  # noqa: SIM115
-    if line.rstrip().endswith("# WRITE")
+WRITE, BUMP = (
+    next(
+        number
+        for number, line in enumerate(open(__file__, encoding="utf-8"), 1)  # noqa: SIM115
+        if line.rstrip().endswith(mark)
+    )
+    for mark in ("# WRITE", "# BUMP")
 )
 
 
@@ -374,7 +377,8 @@ def test_settle_naps_only_while_the_tiers_threads_may_run(
 
 def probe_lost_update(eager: bool) -> Probe:
     """Step 1 submits 1, step 2 bumps by 100, under a probe."""
-    with Probe(eager=eager) as probe:
+    probe = Probe(eager=eager)
+    with probe:
         tier = LostUpdate()
         traced = probe.wrap(tier)
         for call, amount in (("submit", 1), ("bump", 100)):
@@ -400,3 +404,16 @@ def test_a_probe_notes_the_lines_the_tiers_threads_reach() -> None:
         assert len(writes) == 1 and writes[0].thread == "lost-update"
         if eager:
             assert (writes[0].after, writes[0].until) == (1, 1)
+
+
+def test_a_probe_notes_the_callers_lines_as_pauses_until_the_others_stall() -> None:
+    """The caller's lines too, each as a pause that holds the caller during
+    its own step until the tier's threads stall (a held caller completes no
+    step); ``_held_callers`` offers them, the last first, and nothing else."""
+    reached = probe_lost_update(eager=False).reached
+    bumps = [reach for reach in reached if reach.caller and reach.line == BUMP]
+    assert len(bumps) == 1
+    assert (bumps[0].after, bumps[0].until, bumps[0].end) == (2, 1, "stalled")
+    offered = [pauses for pauses in _held_callers(reached)]
+    assert offered and all(len(pauses) == 1 and pauses[0].caller for pauses in offered)
+    assert offered[0] == [[reach for reach in reached if reach.caller][-1]]
