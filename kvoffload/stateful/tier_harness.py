@@ -436,6 +436,12 @@ class TierHarness:
         self.check_pending_work()
         self.done += 1
 
+    def drive_step(self, method: str, args: tuple[Any, ...]) -> None:
+        """One call made as :meth:`step` makes it (the checks after it
+        included): how a replay script's calls run under a
+        :class:`~kvoffload.stateful.tier_noise.Schedule` (``Schedule.drive``)."""
+        self.step(TierOp(method, args))
+
     def check_pending_work(self) -> None:
         """``T6``: while a job is unreported (in flight, or its result not
         yet taken), ``has_pending_work()`` (when the tier has it) is True

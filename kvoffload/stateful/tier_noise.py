@@ -828,9 +828,17 @@ class _Driven:
             return value
         schedule = self._schedule
 
+        # a harness that checks after each call (``drive_step``) checks here
+        # too: the script's calls then interleave with the tier's threads as
+        # the audit's did (a check may take the tier's lock)
+        drive_step = getattr(self._harness, "drive_step", None)
+
         def step(*args: Any, **kwargs: Any) -> Any:
             schedule.before_step()
-            result = value(*args, **kwargs)
+            if callable(drive_step) and not kwargs:
+                result = drive_step(name, args)
+            else:
+                result = value(*args, **kwargs)
             schedule.stepped()
             return result
 
