@@ -81,10 +81,10 @@ def window(until: int = 2) -> Pause:
     return Pause("tests/stateful/test_tier_schedule.py", WRITE, hit=1, after=1, until=until)
 
 
-def lost_update(pauses: list[Pause]) -> tuple[bool, Schedule]:
-    """Step 1 submits 1, step 2 bumps by 100, then the worker finishes:
-    whether the bump was lost, and the schedule."""
-    with Schedule(pauses) as schedule:
+def run_lost_update(schedule: Schedule) -> LostUpdate:
+    """Step 1 submits 1, step 2 bumps by 100, then the worker finishes,
+    all under ``schedule`` (a probe too); the tier."""
+    with schedule:
         tier = LostUpdate()
         traced = schedule.wrap(tier)
         for call, amount in (("submit", 1), ("bump", 100)):
@@ -93,7 +93,14 @@ def lost_update(pauses: list[Pause]) -> tuple[bool, Schedule]:
             schedule.stepped()
         tier.wait()
         tier.stop()
-    return tier.value != 101, schedule
+    return tier
+
+
+def lost_update(pauses: list[Pause]) -> tuple[bool, Schedule]:
+    """:func:`run_lost_update` directed by ``pauses``: whether the bump was
+    lost, and the schedule."""
+    schedule = Schedule(pauses)
+    return run_lost_update(schedule).value != 101, schedule
 
 
 def test_a_directed_pause_makes_the_lost_update_fail_every_time() -> None:
@@ -376,17 +383,9 @@ def test_settle_naps_only_while_the_tiers_threads_may_run(
 
 
 def probe_lost_update(eager: bool) -> Probe:
-    """Step 1 submits 1, step 2 bumps by 100, under a probe."""
+    """:func:`run_lost_update` under a probe."""
     probe = Probe(eager=eager)
-    with probe:
-        tier = LostUpdate()
-        traced = probe.wrap(tier)
-        for call, amount in (("submit", 1), ("bump", 100)):
-            probe.before_step()
-            getattr(traced, call)(amount)
-            probe.stepped()
-        tier.wait()
-        tier.stop()
+    run_lost_update(probe)
     return probe
 
 
