@@ -43,7 +43,14 @@ from kvoffload.stateful.tier_harness import (
     TierHarness,
     TierOp,
 )
-from kvoffload.stateful.tier_noise import Noise, Pause, Probe, Schedule, nap
+from kvoffload.stateful.tier_noise import (
+    DIRECTED_SWITCH_INTERVAL,
+    Noise,
+    Pause,
+    Probe,
+    Schedule,
+    nap,
+)
 
 DEFAULT_TIER_EXAMPLES = 500
 DEFAULT_TIER_STEPS = 40
@@ -160,6 +167,13 @@ poll thread and noise) before it counts the candidate as passing."""
 DIRECTED_TRIES = 5
 """How many directed replays (:class:`~kvoffload.stateful.tier_noise.Schedule`)
 of a race must each fail for its schedule to count as deterministic."""
+
+DIRECTED_INTERVALS = (DIRECTED_SWITCH_INTERVAL, 0.001, 0.02)
+"""The interpreter's switch intervals the directed replays of a candidate
+cycle through (the script replays at the first): a schedule that fails
+only while the threads it does not hold happen to switch as they did in
+the audit's process is not deterministic, and a printed script of it
+failed to repeat in CI."""
 
 SCHEDULE_BUDGET = 10.0
 """Seconds an audit spends at most finding and minimising a race's schedule."""
@@ -432,8 +446,10 @@ def find_schedule(
         """The last of :data:`DIRECTED_TRIES` directed replays if each
         failed with ``kind``."""
         last: tuple[TierHarness, BaseException] | None = None
-        for _ in range(DIRECTED_TRIES):
-            harness, error = replay(factory, shape, order, profile, schedule=Schedule(pauses))
+        for attempt in range(DIRECTED_TRIES):
+            interval = DIRECTED_INTERVALS[attempt % len(DIRECTED_INTERVALS)]
+            schedule = Schedule(pauses, switch_interval=interval)
+            harness, error = replay(factory, shape, order, profile, schedule=schedule)
             if harness is None or error is None or failure_kind(error) != kind:
                 return None
             last = harness, error
