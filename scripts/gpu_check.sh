@@ -2,7 +2,9 @@
 # The worker side's checks on a CUDA machine, as one run: the worker tests
 # (their CUDA cases run where torch sees a GPU), the 0.33 face's scheduler
 # sequence on CUDA when a vLLM 0.33 release is extracted under
-# $KVOFFLOAD_VLLM_DIRS, and `bench transfer` on the GPU. Needs torch with
+# $KVOFFLOAD_VLLM_DIRS, `bench transfer` on the GPU, and, when
+# $KVOFFLOAD_VLLM_PATH names a vLLM 0.33 release, two runs of `bench tier`
+# beside vLLM's fs tier on that machine's disk. Needs torch with
 # CUDA plus the package's dependencies; no install: it runs from the
 # checkout. Writes its logs and the benchmark's JSON under $OUT (default
 # /tmp/kvoffload-gpu-check). Exit status: non-zero if a step failed.
@@ -40,5 +42,12 @@ step bench-transfer-staged 240 "$PY" -m kvoffload bench transfer --zero-copy off
     --json "$OUT/transfer-staged.json"
 step bench-transfer-kernels 240 "$PY" -m kvoffload bench transfer \
     --direct-copy-min-bytes 1073741824 --json "$OUT/transfer-kernels.json"
+if [ -n "${KVOFFLOAD_VLLM_PATH:-}" ]; then
+    for run in 1 2; do
+        step "bench-tier-$run" 180 "$PY" -m kvoffload bench tier \
+            --vllm-path "$KVOFFLOAD_VLLM_PATH" --sizes 256K,1M,4M \
+            --json "$OUT/tier-$run.json"
+    done
+fi
 echo "== done, status $status"
 exit $status
