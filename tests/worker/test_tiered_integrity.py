@@ -23,6 +23,7 @@ import os
 import random
 import shutil
 import tempfile
+from collections.abc import Iterable
 from typing import ClassVar
 
 import pytest
@@ -467,8 +468,13 @@ class TieredIntegrityMachine(RuleBasedStateMachine):
             target = self.announced if event.medium == "CPU" else self.tier_announced
             if event.removed:
                 target -= set(event.keys)
+                if target is self.tier_announced:
+                    self.tier_dropped(event.keys)
             else:
                 target |= set(event.keys)
+
+    def tier_dropped(self, keys: Iterable[OffloadKey]) -> None:
+        """The tier announced that it no longer holds ``keys``."""
 
     @invariant()
     def events_describe_both_tiers(self) -> None:
@@ -548,6 +554,8 @@ class FileTierIntegrityMachine(TieredIntegrityMachine):
         self.directory = tempfile.mkdtemp(prefix="kvoffload-tiered-", dir=shm)
         self.cascaded: dict[OffloadKey, set[int]] = {}
         self.damaged: set[OffloadKey] = set()
+        # keys whose promotion had read the chunk when it was damaged
+        self.read_before_damage: set[OffloadKey] = set()
         super().__init__()
 
     def make_tier(self) -> MemoryTier | FileSystemTier:
@@ -580,15 +588,26 @@ class FileTierIntegrityMachine(TieredIntegrityMachine):
             if self.manager.is_promoting(key):
                 continue
             self.promoting.discard(key)
+            read_before_damage = key in self.read_before_damage
+            self.read_before_damage.discard(key)
             if not self.manager.primary.lookup(key, CTX):
                 continue  # failed (a damaged or evicted chunk): a miss
-            assert key not in self.damaged, f"damaged chunk of {key!r} became a hit"
+            assert key not in self.damaged or read_before_damage, (
+                f"damaged chunk of {key!r} became a hit"
+            )
             slot = self.manager.slot_of(key)
             assert slot is not None
             data = self.cpu[slot * self.factor:(slot + 1) * self.factor].numpy().tobytes()
             version = self.tier_version(key, data)
             assert version is not None, f"promotion of {key!r} delivered bytes never cascaded"
             self.model.ready[key] = version
+
+    def settle_promotions_after_reset(self) -> None:
+        super().settle_promotions_after_reset()
+        self.read_before_damage.clear()
+
+    def tier_dropped(self, keys: Iterable[OffloadKey]) -> None:
+        self.damaged.difference_update(keys)
 
     # the memory tier's hand-run rules do not apply to a threaded tier
     tier_runs = None  # type: ignore[assignment]
@@ -644,9 +663,16 @@ class FileTierIntegrityMachine(TieredIntegrityMachine):
         self.tier.drain_jobs()  # not under a copy in progress
         # a chunk damaged once only: flipping the same byte again restores it
         stored = sorted(k for k in self.file_tier().stored_keys() if k not in self.damaged)
-        if not stored:
-            return
-        key = data.draw(st.sampled_from(stored))
+        if stored:
+            self.damage(data.draw(st.sampled_from(stored)))
+
+    def damage(self, key: OffloadKey) -> None:
+        """Flip a byte of ``key``'s chunk file. A promotion of ``key`` in
+        flight has already read the file (the tier was drained): it may
+        still land, with the intact bytes; only later loads see the damage.
+        The key counts as damaged until the tier announces that it dropped
+        it (a failed load removes the file): a later store writes it anew."""
+        self.apply_events()  # removals announced before the damage
         path = self.file_tier().path_of(key)
         if path is None:
             return
@@ -654,6 +680,8 @@ class FileTierIntegrityMachine(TieredIntegrityMachine):
         raw[len(raw) // 2] ^= 0xFF
         path.write_bytes(bytes(raw))
         self.damaged.add(key)
+        if key in self.promoting:
+            self.read_before_damage.add(key)
 
     @rule()
     def restart(self) -> None:
@@ -716,3 +744,57 @@ TestTieredIntegrityFileTier = FileTierWriteThrough.TestCase
 TestTieredIntegrityFileTier.settings = FILE_SETTINGS
 TestTieredIntegrityFileTierWriteBack = FileTierWriteBack.TestCase
 TestTieredIntegrityFileTierWriteBack.settings = FILE_SETTINGS
+
+
+def test_a_chunk_damaged_after_its_promotion_read_it_lands_intact() -> None:
+    """Regression, from the first run on a 16-CPU GPU machine: a promotion
+    whose load had already read the chunk (the damage rule drains the tier
+    first) landed after the file was damaged. That is right, since it
+    delivered the bytes cascaded, and the machine had counted it as a
+    damaged chunk becoming a hit. A later promotion of the key must fail."""
+    state = FileTierWriteThrough()
+    try:
+        state.gpu_store(picks=[0], rnd=random.Random(0), fail="ok", collect_now=False)
+        state.reset()
+        key = state.keys[0]
+        state.lookup([0])
+        assert key in state.promoting
+        state.step_end(tier_runs=False)
+        state.tier.drain_jobs()  # the load has read the intact file
+        state.damage(key)
+        state.poll()
+        state.every_ready_slot_holds_the_bytes_last_stored()
+        state.events_describe_both_tiers()
+        assert key in state.model.ready, "the promotion that read the intact chunk was lost"
+        state.reset()
+        for _ in range(3):
+            state.lookup([0])
+            state.step_end(tier_runs=True)
+        assert key not in state.model.ready and not state.manager.primary.lookup(key, CTX)
+    finally:
+        state.teardown()
+
+
+def test_a_damaged_chunk_dropped_and_stored_again_is_a_hit() -> None:
+    """Regression, found while fixing the one above: a damaged chunk fails
+    its load and the tier drops it (a removal event); a later cascade
+    writes the key anew, and its promotion is a hit with the new bytes."""
+    state = FileTierWriteThrough()
+    try:
+        state.gpu_store(picks=[0, 1], rnd=random.Random(0), fail="ok", collect_now=False)
+        state.reset()
+        key = state.keys[0]
+        state.tier.drain_jobs()
+        state.damage(key)
+        state.lookup_until_promoted(picks=[0], first_fails="no")
+        state.events_describe_both_tiers()
+        assert key not in state.model.ready and key not in state.file_tier().stored_keys()
+        assert key not in state.damaged, "the tier's removal event did not clear the damage"
+        state.gpu_store(picks=[0], rnd=random.Random(1), fail="ok", collect_now=False)
+        state.reset()
+        state.events_describe_both_tiers()
+        state.lookup_until_promoted(picks=[0], first_fails="no")
+        state.every_ready_slot_holds_the_bytes_last_stored()
+        assert key in state.model.ready, "the chunk stored anew was not promoted"
+    finally:
+        state.teardown()
