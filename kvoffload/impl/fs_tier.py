@@ -206,19 +206,25 @@ def _read_chunk(path: str, payload: memoryview, direct: bool, spare: memoryview)
 
     The read continues into ``spare`` (a page-aligned scratch page): a file
     longer than ``payload`` fills some of it, so the length is checked
-    without a ``fstat`` (open, one ``readv``, close, as few system calls as
-    a read can make; each one gives up and takes back the interpreter lock,
-    which the pool threads contend for)."""
+    without a ``fstat``. Once ``payload`` is full the read stops: a read of
+    a regular file comes back short only at the file's end, so a second
+    ``readv`` to see 0 bytes would tell nothing new. That makes a load
+    open, one ``readv``, close: as few system calls as a read can make,
+    and each gives up and takes back the interpreter lock, which the pool
+    threads contend for. A read short of ``payload`` (interrupted, on a
+    network file system) is read on. The price: a read interrupted exactly
+    at the end of ``payload`` hides bytes past it, so such a longer file
+    reads as its first ``len(payload)`` bytes, which are whole (and
+    checked against their CRC-32 where the tier verifies)."""
     fd = os.open(path, os.O_RDONLY | (_O_DIRECT if direct else 0))
     try:
-        got, remaining = 0, [payload, spare]
-        while remaining:
+        want, got, remaining = len(payload), 0, [payload, spare]
+        while True:
             count = os.readv(fd, remaining)
-            if count == 0:
-                break
             got += count
+            if count == 0 or got >= want:
+                return got
             remaining = _advance(remaining, count)
-        return got
     finally:
         os.close(fd)
 

@@ -763,6 +763,60 @@ def test_direct_io_round_trips_and_still_checks(tmp_path: Path) -> None:
         tier.shutdown()
 
 
+@pytest.mark.parametrize("piece", [None, 512, 1000, CHUNK - 1])
+def test_a_load_reads_once_and_reads_on_after_a_short_read(
+    make_tier: Callable[..., FileSystemTier],
+    primary: Primary,
+    monkeypatch: pytest.MonkeyPatch,
+    piece: int | None,
+) -> None:
+    """A load is open, one ``readv``, close; a ``readv`` that comes back
+    short of the chunk (``piece`` bytes at a time, as an interrupted read
+    on a network file system can) is read on until the chunk is whole. A
+    file cut short fails; a file grown by one byte fails unless a read
+    ended exactly at the chunk's end (see ``_read_chunk``)."""
+    tier = make_tier(capacity=4)
+    for i in range(3):
+        fill(primary, i, i)
+    store(tier, 1, [key(0), key(1), key(2)], [0, 1, 2])
+    assert finished(tier) == {1: TierJobResult(1, True)}
+    short, grown = tier.path_of(key(1)), tier.path_of(key(2))
+    assert short is not None and grown is not None
+    short.write_bytes(short.read_bytes()[:-1])
+    grown.write_bytes(grown.read_bytes() + b"\0")
+    real_readv = os.readv
+    calls: list[int] = []
+
+    def readv(fd: int, buffers: list[memoryview]) -> int:
+        if piece is not None:  # at most ``piece`` bytes, whatever was asked
+            room, cut = piece, []
+            for buffer in buffers:
+                cut.append(buffer[:room])
+                room -= len(cut[-1])
+                if not room:
+                    break
+            buffers = cut
+        got = real_readv(fd, buffers)
+        calls.append(got)
+        return got
+
+    monkeypatch.setattr(os, "readv", readv)
+    primary[:] = 0
+    load(tier, 2, [key(0)], [4])
+    assert finished(tier) == {2: TierJobResult(2, True)}
+    assert np.array_equal(primary[4], pattern(0))
+    expected = 1 if piece is None else -(-CHUNK // piece)
+    assert len(calls) == expected, calls
+    load(tier, 3, [key(1), key(2)], [5, 6])
+    if piece is not None and CHUNK % piece == 0:
+        # a read cut off exactly at the chunk's end is taken for the file's
+        # end: the byte past it goes unseen, the chunk's own bytes are whole
+        assert finished(tier) == {3: TierJobResult(3, False, frozenset({key(2)}))}
+        assert np.array_equal(primary[6], pattern(2))
+    else:
+        assert finished(tier) == {3: TierJobResult(3, False)}
+
+
 def test_direct_io_only_where_the_buffer_allows(tmp_path: Path) -> None:
     memory = aligned_primary(8, 8192)
     unaligned = memoryview(mmap.mmap(-1, 5 * 8192))[16 : 16 + 4 * 8192].cast("B", (4, 8192))
