@@ -746,6 +746,21 @@ TestTieredIntegrityFileTierWriteBack = FileTierWriteBack.TestCase
 TestTieredIntegrityFileTierWriteBack.settings = FILE_SETTINGS
 
 
+class CudaFileTierWriteThrough(FileTierIntegrityMachine):
+    """All three tiers with the GPU's blocks on CUDA: GPU blocks, pinned
+    CPU slots, files."""
+
+    device = "cuda"
+
+
+TestTieredIntegrityFileTierCuda = pytest.mark.gpu(
+    pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device")(
+        CudaFileTierWriteThrough.TestCase
+    )
+)
+TestTieredIntegrityFileTierCuda.settings = FILE_SETTINGS
+
+
 def test_a_chunk_damaged_after_its_promotion_read_it_lands_intact() -> None:
     """Regression, from the first run on a 16-CPU GPU machine: a promotion
     whose load had already read the chunk (the damage rule drains the tier
