@@ -9,7 +9,10 @@ part, promotions that fail in part or die mid-copy (garbage in the primary
 slots they were given), evictions in the primary (by stores and by
 promotions) and in the tier, promotions racing GPU loads and stores,
 resets with jobs in flight, and the tier closed and reopened under a fresh
-manager (an engine restart). After every step: every key the primary
+manager (an engine restart). Over the real file tier: its own threads,
+chunk files damaged on disk, and its disk failing writes (full, or torn
+with a half-written temp file left behind); a process killed mid-write is
+tests/impl/test_tiered_crash.py. After every step: every key the primary
 reads as ready holds exactly the bytes last stored under it, every chunk
 the tier holds is the bytes of the version cascaded into it, events agree
 with both, and a write that failed never became a hit. GPU loads check the
@@ -19,10 +22,12 @@ when present.
 
 from __future__ import annotations
 
+import errno
 import os
 import random
 import shutil
 import tempfile
+import threading
 from collections.abc import Iterable
 from typing import ClassVar
 
@@ -35,7 +40,8 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from kvoffload.impl.fs_tier import FileSystemTier
+from kvoffload.impl import fs_tier
+from kvoffload.impl.fs_tier import TEMP_SUFFIX, FileSystemTier, FsyncPolicy
 from kvoffload.impl.manager import CPUOffloadingManager
 from kvoffload.impl.memtier import MemoryTier
 from kvoffload.impl.specs import CPULoadStoreSpec, GPULoadStoreSpec
@@ -538,6 +544,39 @@ class WitnessedFileTier(FileSystemTier):
         super().submit_store(job)
 
 
+class WriteFaults:
+    """The file tier's disk failing its next writes (installed in place of
+    ``fs_tier._write_chunk`` for one machine's life): ``"full"`` fails a
+    write before it touches a file (a full disk); ``"torn"`` leaves half of
+    the chunk in the write's temp file and fails, as a write whose clean-up
+    died with it would. The pool threads take the faults in turn."""
+
+    def __init__(self) -> None:
+        self.real = fs_tier._write_chunk
+        self.armed: list[str] = []
+        self.lock = threading.Lock()
+        self.failed = 0
+        fs_tier._write_chunk = self.write
+
+    def write(self, temp_path: str, final_path: str, payload: memoryview,
+              fsync: FsyncPolicy, direct: bool, recycled: str | None = None) -> None:
+        with self.lock:
+            fault = self.armed.pop(0) if self.armed else None
+            if fault is not None:
+                self.failed += 1
+        if fault is None:
+            self.real(temp_path, final_path, payload, fsync, direct, recycled)
+            return
+        if fault == "torn":
+            os.makedirs(os.path.dirname(temp_path), exist_ok=True)
+            with open(temp_path, "wb") as handle:
+                handle.write(payload[: len(payload) // 2])
+        raise OSError(errno.ENOSPC, f"no space left (injected, {fault})", temp_path)
+
+    def remove(self) -> None:
+        fs_tier._write_chunk = self.real
+
+
 class FileTierIntegrityMachine(TieredIntegrityMachine):
     """The same machine over the real file tier: its copies run on its own
     threads (so promotions truly race GPU loads and stores), chunk files
@@ -557,6 +596,7 @@ class FileTierIntegrityMachine(TieredIntegrityMachine):
         # keys whose promotion had read the chunk when it was damaged
         self.read_before_damage: set[OffloadKey] = set()
         super().__init__()
+        self.write_faults = WriteFaults()
 
     def make_tier(self) -> MemoryTier | FileSystemTier:
         tier = WitnessedFileTier(
@@ -683,6 +723,22 @@ class FileTierIntegrityMachine(TieredIntegrityMachine):
         if key in self.promoting:
             self.read_before_damage.add(key)
 
+    @rule(faults=st.lists(st.sampled_from(["full", "torn"]), min_size=1, max_size=3))
+    def the_disk_fails_writes(self, faults: list[str]) -> None:
+        """The next cascades' writes fail (see :class:`WriteFaults`): their
+        keys stay unreadable in the tier, and a torn temp file never
+        becomes a chunk."""
+        with self.write_faults.lock:
+            self.write_faults.armed = list(faults)
+
+    def temp_files(self) -> list[str]:
+        return [
+            name
+            for _, _, names in os.walk(self.directory)
+            for name in names
+            if name.endswith(TEMP_SUFFIX)
+        ]
+
     @rule()
     def restart(self) -> None:
         self.quiesce()
@@ -693,6 +749,7 @@ class FileTierIntegrityMachine(TieredIntegrityMachine):
         self.manager.shutdown()
         self.tier = self.make_tier()
         assert self.file_tier().stored_keys() == before, "reopened tier lost chunks"
+        assert not self.temp_files(), "a reopened tier left a torn write's temp file"
         self.manager = self.new_manager()
         self.model.ready.clear()
         self.announced.clear()
@@ -724,6 +781,7 @@ class FileTierIntegrityMachine(TieredIntegrityMachine):
         try:
             self.manager.shutdown()
         finally:
+            self.write_faults.remove()
             super().teardown()
             shutil.rmtree(self.directory, ignore_errors=True)
 
