@@ -915,39 +915,16 @@ class FileSystemTier:
                 entry = queue[0]
                 if entry.promotion:
                     batch = self._take_loads(entry)
-                    if entry.next_item == len(entry.items):
-                        queue.popleft()
                 else:
-                    item = entry.items[entry.next_item]
-                    entry.next_item += 1
-                    last = entry.next_item == len(entry.items)
-                    if last:
-                        queue.popleft()
-                    # the files of chunks this job evicted: each store item
-                    # recycles one (a job evicts at most one chunk per item);
-                    # without recycling they are removed before the job writes
-                    recycled: str | None = None
-                    doomed = entry.doomed
-                    if doomed and self._recycle:
-                        recycled = doomed.pop()
-                        doomed = []
-                        if last:
-                            doomed, entry.doomed = entry.doomed, []
-                    else:
-                        entry.doomed = []
+                    item, recycled, doomed = self._take_store(entry)
+                if entry.next_item == len(entry.items):
+                    queue.popleft()
                 if self._load_queue or self._store_queue:
                     cond.notify()  # items left: wake the next thread
             if entry.promotion:
-                done = [(item, self._load(item, spare)) for item in batch]
-                with cond:
-                    for item, ok in done:
-                        self._load_done(entry, item, ok)
-                continue
-            for victim in doomed:
-                self._remove_quietly(victim)
-            written = self._store(item, recycled)
-            with cond:
-                self._store_done(entry, item, written)
+                self._run_loads(entry, batch, spare)
+            else:
+                self._run_store(entry, item, recycled, doomed)
 
     def _take_loads(self, entry: _Job) -> list[_Item]:
         """The next items of promotion ``entry`` for one pool thread (lock
@@ -960,6 +937,43 @@ class FileSystemTier:
         entry.next_item = end
         self._queued_loads -= end - start
         return entry.items[start:end]
+
+    def _take_store(self, entry: _Job) -> tuple[_Item, str | None, list[str]]:
+        """The next item of cascade ``entry`` for one pool thread (lock
+        held), the evicted chunk's file it overwrites (None: a new file),
+        and the files to remove before it writes. Each store item recycles
+        one of the files of the chunks its job evicted (a job evicts at most
+        one chunk per item); without recycling they are all removed before
+        the job's first write."""
+        item = entry.items[entry.next_item]
+        entry.next_item += 1
+        doomed = entry.doomed
+        if not (doomed and self._recycle):
+            entry.doomed = []
+            return item, None, doomed
+        recycled = doomed.pop()
+        if entry.next_item < len(entry.items):
+            return item, recycled, []
+        entry.doomed = []  # the last item: the files no item recycles go
+        return item, recycled, doomed
+
+    def _run_loads(self, entry: _Job, batch: list[_Item], spare: memoryview) -> None:
+        """Copy ``batch`` (items of promotion ``entry``) into their primary
+        slots, then complete them under the lock at once."""
+        done = [(item, self._load(item, spare)) for item in batch]
+        with self._work:
+            for item, ok in done:
+                self._load_done(entry, item, ok)
+
+    def _run_store(
+        self, entry: _Job, item: _Item, recycled: str | None, doomed: list[str]
+    ) -> None:
+        """Write one item of cascade ``entry`` and complete it."""
+        for victim in doomed:
+            self._remove_quietly(victim)
+        written = self._store(item, recycled)
+        with self._work:
+            self._store_done(entry, item, written)
 
     @staticmethod
     def _remove_quietly(path: str) -> None:
