@@ -814,50 +814,58 @@ class Probe(Schedule):
         return self.line_tracer
 
 
-class _Driven:
+class _MethodProxy:
+    """An object whose methods run wrapped (:meth:`_wrap`); every other
+    attribute is the target's own."""
+
+    def __init__(self, target: Any) -> None:
+        self._target = target
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._target, name)
+        return self._wrap(name, value) if callable(value) else value
+
+    def _wrap(self, name: str, method: Callable[..., Any]) -> Callable[..., Any]:
+        raise NotImplementedError
+
+
+class _Driven(_MethodProxy):
     """A harness whose method calls are steps of a :class:`Schedule` (see
     :meth:`Schedule.drive`)."""
 
     def __init__(self, harness: Any, schedule: Schedule) -> None:
-        self._harness = harness
+        super().__init__(harness)
         self._schedule = schedule
 
-    def __getattr__(self, name: str) -> Any:
-        value = getattr(self._harness, name)
-        if not callable(value):
-            return value
+    def _wrap(self, name: str, method: Callable[..., Any]) -> Callable[..., Any]:
         schedule = self._schedule
-
         # a harness that checks after each call (``drive_step``) checks here
         # too: the script's calls then interleave with the tier's threads as
         # the audit's did (a check may take the tier's lock)
-        drive_step = getattr(self._harness, "drive_step", None)
+        drive_step = getattr(self._target, "drive_step", None)
 
         def step(*args: Any, **kwargs: Any) -> Any:
             schedule.before_step()
             if callable(drive_step) and not kwargs:
                 result = drive_step(name, args)
             else:
-                result = value(*args, **kwargs)
+                result = method(*args, **kwargs)
             schedule.stepped()
             return result
 
         return step
 
 
-class _NoisyTier:
+class _NoisyTier(_MethodProxy):
     """A tier whose methods run traced by a :class:`Noise` or a
     :class:`Schedule` (see :meth:`Noise.wrap`); every other attribute is the
     tier's own."""
 
     def __init__(self, tier: Any, noise: _Tracing) -> None:
-        self._tier = tier
+        super().__init__(tier)
         self._noise = noise
 
-    def __getattr__(self, name: str) -> Any:
-        value = getattr(self._tier, name)
-        if not callable(value):
-            return value
+    def _wrap(self, name: str, method: Callable[..., Any]) -> Callable[..., Any]:
         noise = self._noise
 
         def traced(*args: Any, **kwargs: Any) -> Any:
@@ -865,7 +873,7 @@ class _NoisyTier:
             saved = sys.gettrace()
             sys.settrace(noise._call)
             try:
-                return value(*args, **kwargs)
+                return method(*args, **kwargs)
             finally:
                 sys.settrace(saved)
 
