@@ -33,7 +33,11 @@ vLLM's tier has no fsync option and no buffered mode where ``O_DIRECT``
 works, so it has no figure in the last two rows then. Each load is checked
 against the stored bytes (outside the timing). ``submit µs`` is the time a
 ``submit_store``/``submit_load`` call takes on the caller's thread (median
-and maximum over every job of the chunk size's runs).
+and maximum over every job of the chunk size's runs). The objects alive
+when the bench starts (vLLM's release and the torch it imports among
+them) are frozen out of the garbage collector for the run, as an engine
+freezes its start-up heap (:func:`freeze_startup_heap`; ``--no-gc-freeze``
+leaves them).
 """
 
 from __future__ import annotations
