@@ -604,11 +604,11 @@ def run(args: argparse.Namespace) -> int:
         except (VllmReleaseError, ImportError) as error:
             print(f"bench tier: cannot load vLLM's fs tier: {error}", file=sys.stderr)
             return 2
-    if not args.no_gc_freeze:
-        freeze_startup_heap()
     owned = args.dir is None
     directory = Path(tempfile.mkdtemp(prefix="kvoffload-bench-tier-")) if owned else args.dir
     directory.mkdir(parents=True, exist_ok=True)
+    if not args.no_gc_freeze:
+        freeze_startup_heap()
     try:
         result = measure(
             sizes, total_bytes=total, directory=directory, repeats=repeats,
