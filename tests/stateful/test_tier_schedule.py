@@ -413,6 +413,6 @@ def test_a_probe_notes_the_callers_lines_as_pauses_until_the_others_stall() -> N
     bumps = [reach for reach in reached if reach.caller and reach.line == BUMP]
     assert len(bumps) == 1
     assert (bumps[0].after, bumps[0].until, bumps[0].end) == (2, 1, "stalled")
-    offered = [pauses for pauses in _held_callers(reached)]
+    offered = list(_held_callers(reached))
     assert offered and all(len(pauses) == 1 and pauses[0].caller for pauses in offered)
     assert offered[0] == [[reach for reach in reached if reach.caller][-1]]
