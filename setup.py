@@ -1,8 +1,9 @@
-"""Build script: the scheduler-side hot path compiled with mypyc.
+"""Build script: the scheduler-side hot path compiled with mypyc, and the
+file tier's chunk I/O in C (kvoffload/impl/_chunkio.c).
 
 All metadata lives in pyproject.toml; this file only decides which modules
-are compiled (the list in kvoffload/impl/build.py) and when the build falls
-back to pure Python:
+are compiled (the list in kvoffload/impl/build.py, and C_EXTENSIONS below)
+and when the build falls back to pure Python:
 
 - ``KVOFFLOAD_PURE=1`` in the environment: nothing is compiled;
 - an editable install (``pip install -e .``): nothing is compiled, so edits
@@ -23,7 +24,7 @@ import sys
 import traceback
 from pathlib import Path
 
-from setuptools import setup
+from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 from setuptools.command.editable_wheel import editable_wheel
 
@@ -98,6 +99,23 @@ def _mypyc_extensions() -> list[object]:
         return []
 
 
+# The file tier's chunk I/O in C (the interpreter lock released once per
+# batch): POSIX system calls, so POSIX only; fs_tier.py falls back to Python.
+C_EXTENSIONS = (("kvoffload.impl._chunkio", "kvoffload/impl/_chunkio.c"),)
+
+
+def _c_extensions() -> list[object]:
+    if os.name != "posix":
+        return []
+    return [Extension(name, [source]) for name, source in C_EXTENSIONS]
+
+
+def _extensions() -> list[object]:
+    if not _want_compiled():
+        return []
+    return _mypyc_extensions() + _c_extensions()
+
+
 class BuildExtOrFallBack(build_ext):
     """Compile the extensions; if that fails, drop them (pure Python)."""
 
@@ -132,6 +150,6 @@ class StrictEditable(editable_wheel):
 
 
 setup(
-    ext_modules=_mypyc_extensions() if _want_compiled() else [],
+    ext_modules=_extensions(),
     cmdclass={"build_ext": BuildExtOrFallBack, "editable_wheel": StrictEditable},
 )

@@ -4,10 +4,12 @@
     python scripts/fetch_vllm.py VERSION DEST [-- PIP-OPTIONS...]
 
 runs ``pip download --no-deps vllm==VERSION`` into a temporary directory,
-extracts only ``vllm/v1/kv_offload/*`` and ``vllm-VERSION.dist-info/METADATA``
-into ``DEST``, and deletes the wheel. ``DEST`` is then a directory that
-``python -m kvoffload audit --vllm DEST`` and ``bench manager --vllm-path
-DEST`` accept. Options after ``--`` go to pip (e.g. ``--index-url``).
+extracts only ``vllm/v1/kv_offload/*``, ``vllm-VERSION.dist-info/METADATA``
+and, where the release has it, ``vllm/fs_io_C*.so`` (the C file I/O of
+vLLM's fs tier, which ``bench tier`` runs it with) into ``DEST``, and
+deletes the wheel. ``DEST`` is then a directory that ``python -m kvoffload
+audit --vllm DEST``, ``bench manager --vllm-path DEST`` and ``bench tier
+--vllm-path DEST`` accept. Options after ``--`` go to pip (e.g. ``--index-url``).
 Exit status 0 on success, 1 when pip fails or the wheel lacks
 ``vllm/v1/kv_offload``, 2 on bad usage.
 """
@@ -22,7 +24,9 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-KEEP = re.compile(r"^(vllm/v1/kv_offload/.*|vllm-[^/]+\.dist-info/METADATA)$")
+KEEP = re.compile(
+    r"^(vllm/v1/kv_offload/.*|vllm-[^/]+\.dist-info/METADATA|vllm/fs_io_C[^/]*\.so)$"
+)
 
 
 def extract(wheel: Path, dest: Path) -> list[str]:

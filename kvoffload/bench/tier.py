@@ -62,7 +62,12 @@ import attrs
 import numpy as np
 import numpy.typing as npt
 
-from kvoffload.impl.fs_tier import CRC32_SOURCE, FileSystemTier, default_num_threads
+from kvoffload.impl.fs_tier import (
+    COMPILED_IO,
+    CRC32_SOURCE,
+    FileSystemTier,
+    default_num_threads,
+)
 from kvoffload.spec.keys import OffloadKey, make_offload_key
 from kvoffload.spec.tier_contract import TierJob
 
@@ -76,8 +81,11 @@ LOAD_CACHED = "load, page cache"
 LOAD_VERIFIED = "load, every chunk verified"
 STORE_FULL = "store, full tier"
 STORE_FULL_UNLINK = "store, full tier, no recycling"
+STORE_PYTHON_IO = "store, Python I/O"
+LOAD_PYTHON_IO = "load, Python I/O"
 OPERATIONS = (
-    STORE, LOAD, LOAD_VERIFIED, STORE_FSYNC, LOAD_CACHED, STORE_FULL, STORE_FULL_UNLINK
+    STORE, LOAD, STORE_PYTHON_IO, LOAD_PYTHON_IO, LOAD_VERIFIED, STORE_FSYNC, LOAD_CACHED,
+    STORE_FULL, STORE_FULL_UNLINK,
 )
 
 
@@ -197,10 +205,11 @@ def _ceiling(primary: Primary, directory: Path) -> dict[str, float]:
         STORE_FSYNC: written,
         STORE_FULL: written,
         STORE_FULL_UNLINK: written,
+        STORE_PYTHON_IO: written,
         LOAD: read(),
         LOAD_CACHED: read(),
     }
-    seconds[LOAD_VERIFIED] = seconds[LOAD]  # the same cold read
+    seconds[LOAD_VERIFIED] = seconds[LOAD_PYTHON_IO] = seconds[LOAD]  # the same cold read
     if not np.array_equal(primary, expected):
         raise RuntimeError("the ceiling read back other bytes")
     path.unlink()
@@ -264,8 +273,10 @@ def _kvoffload(
     seconds: dict[str, float] = {}
     submits: list[float] = []
     direct = False
+    python_io: dict[str, Any] = {"compiled_io": False}
     cases: tuple[tuple[str, str, dict[str, Any]], ...] = (
         (STORE, LOAD, {}),
+        *(((STORE_PYTHON_IO, LOAD_PYTHON_IO, python_io),) if COMPILED_IO else ()),
         ("", LOAD_VERIFIED, {"verify_loads": "always"}),
         (STORE_FSYNC, "", {"fsync": "chunk"}),
         ("", LOAD_CACHED, {"direct_io": False}),
@@ -290,13 +301,13 @@ def _kvoffload(
             store_jobs = _jobs(keys, job_chunks, promotion=False, first_id=0)
             elapsed, times = _run_jobs(
                 tier.submit_store, tier.drain_jobs, tier.get_finished_jobs, store_jobs,
-                sync=directory if full or not options else None,
+                sync=directory if full or options in ({}, python_io) else None,
             )
             submits += times
             if store_operation:
                 seconds[store_operation] = elapsed
             if load_operation:
-                if load_operation in (LOAD, LOAD_VERIFIED):
+                if load_operation in (LOAD, LOAD_PYTHON_IO, LOAD_VERIFIED):
                     syncfs(directory)
                     _drop_cache(_files(where / "chunks"))
                 else:  # read once to cache the pages
@@ -352,17 +363,25 @@ def _vllm_spec() -> Any:
 class VllmFsTier:
     """vLLM 0.33's ``FileSystemTierManager`` from a loaded release."""
 
-    def __init__(self, release_dir: Path) -> None:
+    def __init__(self, release_dir: Path, python_io: bool = False) -> None:
         import importlib
 
+        from kvoffload.bench.vllm_fs_io import load_fs_io
         from kvoffload.vllm_release import load_release
 
         self.release = load_release(release_dir)
+        fresh = "vllm.v1.kv_offload.tiering.fs.io" not in sys.modules
+        io = load_fs_io(self.release.root, python_io) if fresh else ""
         self.manager_module = importlib.import_module("vllm.v1.kv_offload.tiering.fs.manager")
         self.base = importlib.import_module("vllm.v1.kv_offload.tiering.base")
+        # what the tier's io module found when it was imported
+        self.compiled_io = bool(sys.modules["vllm.v1.kv_offload.tiering.fs.io"]._HAS_FSIO_C)
+        if self.compiled_io != io.startswith("C"):
+            io = ("C" if self.compiled_io else "Python") + " I/O (as first imported here)"
+        self.io = io
 
     def describe(self) -> str:
-        return f"vLLM {self.release.version} fs tier (FileSystemTierManager)"
+        return f"vLLM {self.release.version} fs tier (FileSystemTierManager, {self.io})"
 
     def new(self, primary: Primary, directory: Path, threads: int | None) -> Any:
         kwargs: dict[str, Any] = {}
@@ -482,7 +501,7 @@ def measure(
                         theirs[op].append(value)
                     their_submits += submits
             moved = count * chunk_bytes
-            for op in OPERATIONS:
+            for op in (op for op in OPERATIONS if ours[op]):
                 figures.append(
                     TierFigure(
                         chunk_bytes=chunk_bytes,
@@ -555,6 +574,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "removed afterwards)")
     parser.add_argument("--vllm-path", type=Path, default=None, metavar="DIR",
                         help="a vLLM 0.33 release (scripts/fetch_vllm.py): also run its fs tier")
+    parser.add_argument("--vllm-python-io", action="store_true",
+                        help="run vLLM's tier with its Python I/O fallback instead of "
+                        "its C module (vllm.fs_io_C), which a vLLM install uses")
     parser.add_argument("--vllm-threads", type=int, default=None,
                         help="vLLM tier's read and write threads each (default: vLLM's, 16)")
     parser.add_argument("--no-checksum", action="store_true",
@@ -600,7 +622,7 @@ def run(args: argparse.Namespace) -> int:
         from kvoffload.vllm_release import VllmReleaseError
 
         try:
-            vllm = VllmFsTier(args.vllm_path)
+            vllm = VllmFsTier(args.vllm_path, python_io=args.vllm_python_io)
         except (VllmReleaseError, ImportError) as error:
             print(f"bench tier: cannot load vLLM's fs tier: {error}", file=sys.stderr)
             return 2
@@ -629,6 +651,7 @@ def run(args: argparse.Namespace) -> int:
         + ("start-up heap not frozen; " if args.no_gc_freeze else "start-up heap frozen; ")
         + f"kvoffload: {threads} threads, "
         + ("O_DIRECT" if result.kvoffload_direct else "buffered (no O_DIRECT here)")
+        + (", I/O in C (_chunkio)" if COMPILED_IO else ", I/O in Python (pure build)")
         + (
             ", no checksum"
             if args.no_checksum

@@ -33,6 +33,12 @@ checksums and file I/O run on a small pool of threads, with ``O_DIRECT``
 where the file system, the chunk size and the primary buffer's alignment
 allow it. One lock guards the index, the queues and the results: callers
 never enter concurrently, but completions arrive from pool threads.
+
+In the compiled build a pool thread's file I/O runs in C
+(:mod:`kvoffload.impl._chunkio`) with the interpreter lock released once per
+batch of loads and once per store, instead of once per system call; the
+Python functions below are the same steps and run where it is not built
+(``compiled_io``, :attr:`FileSystemTier.io_source`).
 """
 
 from __future__ import annotations
@@ -50,7 +56,7 @@ import sys
 import threading
 import zlib
 from collections import deque
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Sequence
 from pathlib import Path
 
 from kvoffload.impl.backend import require_positive_int
@@ -73,6 +79,7 @@ from kvoffload.spec.tier_contract import JobId, TierJobLike, TierJobResult
 
 __all__ = [
     "CHUNK_SUFFIX",
+    "COMPILED_IO",
     "CRC32_SOURCE",
     "MANIFEST_NAME",
     "MAX_KEY_BYTES",
@@ -126,6 +133,10 @@ class FsyncPolicy(enum.Enum):
     FULL = "full"
 
 
+_FSYNC_CODE = {FsyncPolicy.NONE: 0, FsyncPolicy.CHUNK: 1, FsyncPolicy.FULL: 2}
+"""The C chunk I/O's code for each :class:`FsyncPolicy`."""
+
+
 # --- file I/O (module functions, so tests can make one fail) -------------------
 
 
@@ -148,6 +159,7 @@ def _write_chunk(
     fsync: FsyncPolicy,
     direct: bool,
     recycled: str | None = None,
+    compiled: bool = False,
 ) -> None:
     """Write ``payload`` to ``temp_path`` and rename it to ``final_path``;
     raises OSError (and leaves no temp file) on failure.
@@ -158,7 +170,11 @@ def _write_chunk(
     old bytes are never readable under ``final_path``: the rename to it comes
     only after the whole payload is written (and the file cut to its length);
     a crash before leaves a temp file. When ``recycled`` is gone, a new file
-    is created."""
+    is created. ``compiled``: the same steps in C, the interpreter lock
+    released once for all of them (where the build has it)."""
+    if compiled and _COMPILED_IO is not None:
+        _COMPILED_IO[1](temp_path, final_path, payload, _FSYNC_CODE[fsync], direct, recycled)
+        return
     direct_flag = _O_DIRECT if direct else 0
     fd = -1
     if recycled is not None:
@@ -227,6 +243,50 @@ def _read_chunk(path: str, payload: memoryview, direct: bool, spare: memoryview)
             remaining = _advance(remaining, count)
     finally:
         os.close(fd)
+
+
+def _read_chunks(
+    paths: Sequence[str],
+    payloads: Sequence[memoryview],
+    spare: memoryview,
+    direct: bool,
+    compiled: bool,
+) -> list[int | Exception]:
+    """:func:`_read_chunk` for each path into the payload at the same index:
+    the bytes read, or the error that failed that read (it fails that chunk
+    only). ``compiled``: the whole batch in C, the interpreter lock released
+    once (where the build has it)."""
+    if compiled and _COMPILED_IO is not None:
+        counts = _COMPILED_IO[0](paths, payloads, spare, direct)
+        return [
+            count if count >= 0 else OSError(-count, os.strerror(-count), path)
+            for path, count in zip(paths, counts)
+        ]
+    results: list[int | Exception] = []
+    for path, payload in zip(paths, payloads):
+        try:
+            results.append(_read_chunk(path, payload, direct, spare))
+        except Exception as error:
+            results.append(error)
+    return results
+
+
+_ReadChunks = Callable[[Sequence[str], Sequence[memoryview], memoryview, bool], list[int]]
+_WriteChunk = Callable[[str, str, memoryview, int, bool, "str | None"], None]
+
+
+def _load_compiled_io() -> tuple[_ReadChunks, _WriteChunk] | None:
+    """The C chunk I/O of the compiled build, or None (pure build)."""
+    try:
+        from kvoffload.impl import _chunkio
+    except ImportError:
+        return None
+    return _chunkio.read_chunks, _chunkio.write_chunk
+
+
+_COMPILED_IO = _load_compiled_io()
+COMPILED_IO: bool = _COMPILED_IO is not None
+"""Whether this build has the C chunk I/O (:mod:`kvoffload.impl._chunkio`)."""
 
 
 def _probe_direct_io(directory: Path) -> bool:
@@ -432,6 +492,13 @@ class FileSystemTier:
       not reached the disk holds the evicted chunk's bytes at the right
       length, which only the CRC catches. :attr:`recycles_files` says
       whether files are recycled.
+    - ``compiled_io`` (True): do a pool thread's file I/O in C, the
+      interpreter lock released once per batch of loads and once per store
+      (a system call made from Python gives it up and takes it back, and
+      the pool threads and the scheduler's thread share it). Only the
+      compiled build has it (:data:`COMPILED_IO`); elsewhere, and with
+      False, the same steps run in Python. :attr:`io_source` says which
+      (``"compiled"``, ``"python"``).
     - ``enable_events`` (False): queue :class:`OffloadingEvent` s for
       ``take_events``; ``medium`` (``"DISK"``) and ``block_size`` (0) are
       what they carry.
@@ -464,6 +531,7 @@ class FileSystemTier:
         direct_io: bool = True,
         recycle_files: bool = True,
         verify_loads: str = "reopened",
+        compiled_io: bool = True,
         enable_events: bool = False,
         medium: str = "DISK",
         block_size: int = 0,
@@ -480,6 +548,7 @@ class FileSystemTier:
             ("checksum", checksum),
             ("direct_io", direct_io),
             ("recycle_files", recycle_files),
+            ("compiled_io", compiled_io),
             ("enable_events", enable_events),
         ):
             if not isinstance(flag, bool):
@@ -497,6 +566,8 @@ class FileSystemTier:
         self.verify_loads: str = verify_loads
         self._verify_always = verify_loads == "always"
         self.crc32_source: str = CRC32_SOURCE
+        self._compiled_io = compiled_io and COMPILED_IO
+        self.io_source: str = "compiled" if self._compiled_io else "python"
         self._crc32_at = _FAST_CRC32
         self.spreads_shards = False
         # recycling needs the checksum: after a power loss a recycled file
@@ -959,8 +1030,15 @@ class FileSystemTier:
 
     def _run_loads(self, entry: _Job, batch: list[_Item], spare: memoryview) -> None:
         """Copy ``batch`` (items of promotion ``entry``) into their primary
-        slots, then complete them under the lock at once."""
-        done = [(item, self._load(item, spare)) for item in batch]
+        slots, verify them, then complete them under the lock at once."""
+        payloads = [self._slot(item.chunk_id) for item in batch]
+        reads = _read_chunks(
+            [item.path for item in batch], payloads, spare, self.direct_io, self._compiled_io
+        )
+        done = [
+            (item, self._loaded(item, payload, read))
+            for item, payload, read in zip(batch, payloads, reads)
+        ]
         with self._work:
             for item, ok in done:
                 self._load_done(entry, item, ok)
@@ -1006,10 +1084,10 @@ class FileSystemTier:
             path = f"{stem}.{checksum}{CHUNK_SUFFIX}"
             write_args = (stem + TEMP_SUFFIX, path, payload, self._fsync, self.direct_io)
             try:
-                _write_chunk(*write_args, recycled)
+                _write_chunk(*write_args, recycled, self._compiled_io)
             except FileNotFoundError:  # the shard's first chunk
                 os.makedirs(os.path.dirname(path), exist_ok=True)
-                _write_chunk(*write_args, recycled)
+                _write_chunk(*write_args, recycled, self._compiled_io)
             return path
         except Exception as error:  # an I/O failure fails this key only
             logger.warning("store of %s failed: %s", item.key.hex(), error)
@@ -1017,12 +1095,14 @@ class FileSystemTier:
                 self._remove_quietly(recycled)  # still there when the rename failed
             return None
 
-    def _load(self, item: _Item, spare: memoryview) -> bool:
-        """Copy one file into its primary slot and verify it (pool thread;
-        ``spare``, its scratch page for :func:`_read_chunk`)."""
+    def _loaded(self, item: _Item, payload: memoryview, read: int | Exception) -> bool:
+        """Whether ``item``'s file made it whole into its primary slot
+        (``payload``): ``read`` is what :func:`_read_chunks` gave for it
+        (pool thread)."""
         try:
-            payload = self._slot(item.chunk_id)
-            size = _read_chunk(item.path, payload, self.direct_io, spare)
+            if isinstance(read, Exception):
+                raise read
+            size = read
             if size != self.chunk_bytes:
                 raise ValueError(f"read {size} bytes, expected {self.chunk_bytes}")
             if (

@@ -74,13 +74,25 @@ def gates() -> Iterator[list[Gate]]:
         gate.release.set()
 
 
-@pytest.fixture
+@pytest.fixture(
+    params=[
+        "python",
+        pytest.param(
+            "compiled",
+            marks=pytest.mark.skipif(
+                not fs_tier.COMPILED_IO, reason="this build has no C chunk I/O"
+            ),
+        ),
+    ]
+)
 def make_tier(
-    tmp_path: Path, primary: Primary, gates: list[Gate]
+    request: pytest.FixtureRequest, tmp_path: Path, primary: Primary, gates: list[Gate]
 ) -> Iterator[Callable[..., FileSystemTier]]:
+    """Tiers whose file I/O runs in Python, and (the compiled build) in C."""
     tiers: list[FileSystemTier] = []
 
     def make(capacity: int = 8, directory: Path | None = None, **options: Any) -> FileSystemTier:
+        options.setdefault("compiled_io", request.param == "compiled")
         tier = FileSystemTier(
             directory or tmp_path / "tier", capacity, primary.data, **options
         )
@@ -319,7 +331,7 @@ def test_eviction_spares_chunks_being_loaded_or_stored(
         fill(primary, i, i)
     store(tier, 1, [key(0), key(1)], [0, 1])
     finished(tier)
-    read_gate = Gate(monkeypatch, "_read_chunk")
+    read_gate = Gate(monkeypatch, "_read_chunks")
     gates.append(read_gate)
     load(tier, 2, [key(0)], [8])  # key(0), the least recent, is pinned
     assert read_gate.entered.wait(10)
@@ -354,7 +366,7 @@ def test_a_store_admits_what_fits_and_reports_the_rest(
     fill(primary, 0, 0)
     store(tier, 1, [key(0)], [0])
     finished(tier)
-    gate = Gate(monkeypatch, "_read_chunk")
+    gate = Gate(monkeypatch, "_read_chunks")
     gates.append(gate)
     load(tier, 2, [key(0)], [9])
     assert gate.entered.wait(10)
@@ -775,7 +787,7 @@ def test_a_load_reads_once_and_reads_on_after_a_short_read(
     on a network file system can) is read on until the chunk is whole. A
     file cut short fails; a file grown by one byte fails unless a read
     ended exactly at the chunk's end (see ``_read_chunk``)."""
-    tier = make_tier(capacity=4)
+    tier = make_tier(capacity=4, compiled_io=False)  # os.readv is patched
     for i in range(3):
         fill(primary, i, i)
     store(tier, 1, [key(0), key(1), key(2)], [0, 1, 2])
@@ -916,7 +928,7 @@ def test_a_job_runs_on_as_many_threads_as_it_has_items(
         store(tier, 1, keys, [0, 1, 2, 3])
         assert finished(tier) == {1: TierJobResult(1, True)}
     together = threading.Barrier(4, timeout=10)
-    name = "_read_chunk" if promotion else "_write_chunk"
+    name = "_read_chunks" if promotion else "_write_chunk"
     original = getattr(fs_tier, name)
 
     waited = threading.local()  # a store retries its shard's first write
@@ -998,7 +1010,7 @@ def test_a_failed_recycled_write_exposes_no_bytes(
     """The write into a recycled file dies half-way (a full disk): neither
     the new key nor the evicted one is readable, now or after reopening, and
     no file is left behind."""
-    tier = make_tier(capacity=2)
+    tier = make_tier(capacity=2, compiled_io=False)  # os.writev is patched
     for i in range(2):
         fill(primary, i, i)
         store(tier, i, [key(i)], [i])

@@ -86,3 +86,14 @@ def test_downstream_mypy_sees_the_installed_types(tmp_path: Path) -> None:
     assert "Cannot find implementation or library stub" not in output, output
     assert 'Incompatible types in assignment (expression has type "int"' in output, output
     assert "Found 1 error in 1 file" in output, output
+
+
+def test_the_compiled_build_has_the_file_tiers_c_io() -> None:
+    """The compiled build carries ``_chunkio`` (POSIX); the pure one runs
+    the file tier's I/O in Python."""
+    from kvoffload.impl import fs_tier
+
+    expected = os.environ.get("KVOFFLOAD_EXPECT_BUILD")
+    if not expected:
+        pytest.skip("KVOFFLOAD_EXPECT_BUILD is not set (scripts/test.sh sets it)")
+    assert fs_tier.COMPILED_IO == (expected == "compiled" and os.name == "posix")

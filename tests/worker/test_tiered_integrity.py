@@ -559,13 +559,14 @@ class WriteFaults:
         fs_tier._write_chunk = self.write
 
     def write(self, temp_path: str, final_path: str, payload: memoryview,
-              fsync: FsyncPolicy, direct: bool, recycled: str | None = None) -> None:
+              fsync: FsyncPolicy, direct: bool, recycled: str | None = None,
+              compiled: bool = False) -> None:
         with self.lock:
             fault = self.armed.pop(0) if self.armed else None
             if fault is not None:
                 self.failed += 1
         if fault is None:
-            self.real(temp_path, final_path, payload, fsync, direct, recycled)
+            self.real(temp_path, final_path, payload, fsync, direct, recycled, compiled)
             return
         if fault == "torn":
             os.makedirs(os.path.dirname(temp_path), exist_ok=True)

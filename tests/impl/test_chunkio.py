@@ -1,0 +1,172 @@
+"""The file tier's chunk I/O: the C functions of the compiled build
+(``_chunkio``) and the Python ones do the same steps with the same
+outcomes. Every case runs both ways (the C one is skipped in the pure
+build) through the seams the tier calls, ``_read_chunks`` and
+``_write_chunk``."""
+
+from __future__ import annotations
+
+import errno
+import mmap
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kvoffload.impl import fs_tier
+from kvoffload.impl.fs_tier import FsyncPolicy, _read_chunks, _write_chunk
+
+CHUNK = 3 * 4096
+
+compiled_only = pytest.mark.skipif(not fs_tier.COMPILED_IO, reason="this build has no C chunk I/O")
+
+
+@pytest.fixture(params=[False, pytest.param(True, marks=compiled_only)], ids=["python", "compiled"])
+def compiled(request: pytest.FixtureRequest) -> bool:
+    return bool(request.param)
+
+
+def payload(seed: int, size: int = CHUNK) -> memoryview:
+    return memoryview(np.random.default_rng(seed).bytes(size))
+
+
+def spare() -> memoryview:
+    return memoryview(mmap.mmap(-1, 4096))
+
+
+def read(paths: list[Path], compiled: bool, size: int = CHUNK) -> tuple[list[int | Exception], list[bytes]]:
+    buffers = [memoryview(bytearray(size)) for _ in paths]
+    results = _read_chunks([str(p) for p in paths], buffers, spare(), False, compiled)
+    return results, [bytes(b) for b in buffers]
+
+
+# --- reads -------------------------------------------------------------------------
+
+
+def test_a_batch_reads_each_file_and_fails_only_the_bad_ones(tmp_path: Path, compiled: bool) -> None:
+    whole, short, longer = tmp_path / "whole", tmp_path / "short", tmp_path / "longer"
+    whole.write_bytes(bytes(payload(1)))
+    short.write_bytes(bytes(payload(2))[:-10])
+    longer.write_bytes(bytes(payload(3)) + b"xyz")
+    missing, folder = tmp_path / "missing", tmp_path / "folder"
+    folder.mkdir()
+    results, data = read([whole, missing, short, folder, longer], compiled)
+    assert results[0] == CHUNK and data[0] == bytes(payload(1))
+    assert isinstance(results[1], FileNotFoundError) and results[1].filename == str(missing)
+    assert results[2] == CHUNK - 10 and data[2][: CHUNK - 10] == bytes(payload(2))[:-10]
+    assert isinstance(results[3], IsADirectoryError)
+    assert results[4] == CHUNK + 3 and data[4] == bytes(payload(3))
+
+
+def test_an_empty_batch_reads_nothing(compiled: bool) -> None:
+    assert _read_chunks([], [], spare(), False, compiled) == []
+
+
+def test_a_read_that_comes_back_short_reads_on_until_the_chunk_is_whole(
+    tmp_path: Path, compiled: bool
+) -> None:
+    """A FIFO hands the bytes over as the writer writes them, so each read
+    comes back short, as on a network file system."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    data = bytes(payload(4))
+
+    def writer() -> None:
+        with open(fifo, "wb", buffering=0) as out:
+            for start in range(0, CHUNK, 1000):
+                out.write(data[start : start + 1000])
+                time.sleep(0.001)
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    results, got = read([fifo], compiled)
+    thread.join(10)
+    assert results == [CHUNK] and got[0] == data
+
+
+# --- writes ------------------------------------------------------------------------
+
+
+def write(tmp_path: Path, compiled: bool, seed: int = 1, recycled: Path | None = None,
+          fsync: FsyncPolicy = FsyncPolicy.NONE, name: str = "c") -> Path:
+    final = tmp_path / f"{name}.kvc"
+    _write_chunk(str(tmp_path / f"{name}.tmp"), str(final), payload(seed), fsync, False,
+                 None if recycled is None else str(recycled), compiled)
+    return final
+
+
+@pytest.mark.parametrize("fsync", list(FsyncPolicy))
+def test_a_write_lands_under_its_final_name_only(
+    tmp_path: Path, compiled: bool, fsync: FsyncPolicy
+) -> None:
+    final = write(tmp_path, compiled, fsync=fsync)
+    assert final.read_bytes() == bytes(payload(1))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.kvc"]
+
+
+def test_a_recycled_file_is_overwritten_and_cut_to_the_chunk(tmp_path: Path, compiled: bool) -> None:
+    old = tmp_path / "old.kvc"
+    old.write_bytes(bytes(payload(9, 2 * CHUNK)))
+    final = write(tmp_path, compiled, recycled=old)
+    assert final.read_bytes() == bytes(payload(1))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.kvc"]
+
+
+def test_a_vanished_recycled_file_is_replaced_by_a_new_one(tmp_path: Path, compiled: bool) -> None:
+    final = write(tmp_path, compiled, recycled=tmp_path / "gone.kvc")
+    assert final.read_bytes() == bytes(payload(1))
+
+
+def test_a_missing_folder_is_a_file_not_found_error(tmp_path: Path, compiled: bool) -> None:
+    with pytest.raises(FileNotFoundError) as raised:
+        write(tmp_path / "shard", compiled)
+    assert raised.value.filename == str(tmp_path / "shard" / "c.tmp")
+
+
+def test_a_temp_name_in_use_is_left_alone(tmp_path: Path, compiled: bool) -> None:
+    (tmp_path / "c.tmp").write_bytes(b"another writer's")
+    with pytest.raises(FileExistsError):
+        write(tmp_path, compiled)
+    assert (tmp_path / "c.tmp").read_bytes() == b"another writer's"
+    assert not (tmp_path / "c.kvc").exists()
+
+
+def test_a_failed_rename_leaves_no_temp_file(tmp_path: Path, compiled: bool) -> None:
+    (tmp_path / "c.kvc").mkdir()
+    (tmp_path / "c.kvc" / "inside").write_bytes(b"x")
+    with pytest.raises(OSError) as raised:
+        write(tmp_path, compiled)
+    assert raised.value.errno in (errno.EISDIR, errno.ENOTEMPTY, errno.EEXIST)
+    assert not (tmp_path / "c.tmp").exists()
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="RLIMIT_FSIZE and SIGXFSZ as on Linux")
+def test_a_write_that_runs_out_of_room_fails_and_leaves_no_temp_file(
+    tmp_path: Path, compiled: bool
+) -> None:
+    """A file size limit stops the write half-way (EFBIG, as a full disk
+    stops it with ENOSPC); in a subprocess, so the limit binds nothing else."""
+    script = textwrap.dedent(
+        f"""
+        import resource, sys
+        import numpy as np
+        from kvoffload.impl.fs_tier import FsyncPolicy, _write_chunk
+        resource.setrlimit(resource.RLIMIT_FSIZE, ({CHUNK // 2}, {CHUNK // 2}))
+        data = memoryview(np.ones({CHUNK}, dtype=np.uint8)).cast("B")
+        try:
+            _write_chunk(sys.argv[1] + "/c.tmp", sys.argv[1] + "/c.kvc", data,
+                         FsyncPolicy.NONE, False, None, {compiled})
+        except OSError as error:
+            print(type(error).__name__, error.errno)
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True,
+                          text=True, timeout=60, check=True)
+    assert done.stdout.split() == ["OSError", str(errno.EFBIG)], done.stdout + done.stderr
+    assert list(tmp_path.iterdir()) == []
