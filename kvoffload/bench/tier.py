@@ -87,6 +87,11 @@ OPERATIONS = (
     STORE, LOAD, STORE_PYTHON_IO, LOAD_PYTHON_IO, LOAD_VERIFIED, STORE_FSYNC, LOAD_CACHED,
     STORE_FULL, STORE_FULL_UNLINK,
 )
+MEASURED = tuple(
+    op for op in OPERATIONS if COMPILED_IO or op not in (STORE_PYTHON_IO, LOAD_PYTHON_IO)
+)
+"""The operations this build measures (the Python-I/O rows only where the
+tier's I/O runs in C by default: elsewhere they are the first two rows)."""
 
 
 def parse_size(text: str) -> int:
@@ -501,7 +506,7 @@ def measure(
                         theirs[op].append(value)
                     their_submits += submits
             moved = count * chunk_bytes
-            for op in (op for op in OPERATIONS if ours[op]):
+            for op in MEASURED:
                 figures.append(
                     TierFigure(
                         chunk_bytes=chunk_bytes,

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from kvoffload.__main__ import main
-from kvoffload.bench.tier import OPERATIONS, format_size, parse_size
+from kvoffload.bench.tier import MEASURED, OPERATIONS, format_size, parse_size
+from kvoffload.impl.fs_tier import COMPILED_IO
 
 ENV = "KVOFFLOAD_VLLM_DIRS"
 
@@ -35,9 +36,11 @@ def test_bench_tier_runs_and_checks_its_loads(
     assert status == 0
     table = capsys.readouterr().out
     for operation in OPERATIONS:
-        assert f"| 16 KiB | {operation} |" in table
+        assert (f"| 16 KiB | {operation} |" in table) is (operation in MEASURED)
+    assert ("Python I/O |" in table) is COMPILED_IO  # beside the C I/O where it is built
+    assert ("I/O in C (_chunkio)" in table) is COMPILED_IO
     figures = json.loads(out.read_text())["figures"]
-    assert len(figures) == len(OPERATIONS)
+    assert len(figures) == len(MEASURED)
     assert all(fig["tier_gbps"] > 0 and fig["ceiling_gbps"] > 0 for fig in figures)
     assert all(fig["vllm_gbps"] is None for fig in figures)
     assert list((tmp_path / "work").iterdir()) == [], "the bench leaves nothing behind"
@@ -89,7 +92,11 @@ RELEASE = _release_033()
 
 
 @pytest.mark.skipif(RELEASE is None, reason=f"set {ENV} to a directory holding vLLM 0.33")
-def test_bench_tier_beside_vllms_fs_tier(tmp_path: Path) -> None:
+@pytest.mark.parametrize("python_io", [False, True])
+def test_bench_tier_beside_vllms_fs_tier(tmp_path: Path, python_io: bool) -> None:
+    """vLLM's tier runs with the C I/O its wheel ships (``vllm.fs_io_C``,
+    extracted by scripts/fetch_vllm.py) unless ``--vllm-python-io``."""
+    assert RELEASE is not None
     out = tmp_path / "figures.json"
     # a subprocess: a release is loaded once per process
     done = subprocess.run(
@@ -97,11 +104,14 @@ def test_bench_tier_beside_vllms_fs_tier(tmp_path: Path) -> None:
             sys.executable, "-m", "kvoffload", "bench", "tier", "--sizes", "64K",
             "--total", "256K", "--repeats", "1", "--dir", str(tmp_path / "work"),
             "--vllm-path", str(RELEASE), "--vllm-threads", "2", "--json", str(out),
+            *(["--vllm-python-io"] if python_io else []),
         ],
         capture_output=True, text=True, timeout=300,
         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
     )
     assert done.returncode == 0, done.stderr
     assert "vLLM 0.33" in done.stdout
+    shipped = any((RELEASE / "vllm").glob("fs_io_C*.so"))
+    assert ("C I/O (vllm.fs_io_C" in done.stdout) is (shipped and not python_io), done.stdout
     figures = {fig["operation"]: fig for fig in json.loads(out.read_text())["figures"]}
     assert figures["store"]["vllm_gbps"] > 0 and figures["load"]["vllm_gbps"] > 0
