@@ -4,7 +4,8 @@
 # sequence on CUDA when a vLLM 0.33 release is extracted under
 # $KVOFFLOAD_VLLM_DIRS, `bench transfer` on the GPU, and, when
 # $KVOFFLOAD_VLLM_PATH names a vLLM 0.33 release, two runs of `bench tier`
-# beside vLLM's fs tier on that machine's disk. Needs torch with
+# beside vLLM's fs tier on that machine's disk (the file tier's C I/O built
+# into the checkout first, scripts/build_chunkio.sh). Needs torch with
 # CUDA plus the package's dependencies; no install: it runs from the
 # checkout. Writes its logs and the benchmark's JSON under $OUT (default
 # /tmp/kvoffload-gpu-check). Exit status: non-zero if a step failed.
@@ -43,6 +44,10 @@ step bench-transfer-staged 240 "$PY" -m kvoffload bench transfer --zero-copy off
 step bench-transfer-kernels 240 "$PY" -m kvoffload bench transfer \
     --direct-copy-min-bytes 1073741824 --json "$OUT/transfer-kernels.json"
 if [ -n "${KVOFFLOAD_VLLM_PATH:-}" ]; then
+    # the file tier's C I/O, as the compiled build has it (no install here:
+    # built into the checkout); without a compiler or Python's headers the
+    # bench runs the Python I/O and its conditions line says so
+    step build-chunkio 60 bash scripts/build_chunkio.sh
     for run in 1 2; do
         step "bench-tier-$run" 180 "$PY" -m kvoffload bench tier \
             --vllm-path "$KVOFFLOAD_VLLM_PATH" --sizes 256K,1M,4M \

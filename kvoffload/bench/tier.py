@@ -32,8 +32,10 @@ Both tiers use ``O_DIRECT`` by default where the file system allows it.
 vLLM's tier has no fsync option and no buffered mode where ``O_DIRECT``
 works, so it has no figure in the last two rows then. Each load is checked
 against the stored bytes (outside the timing). ``submit µs`` is the time a
-``submit_store``/``submit_load`` call takes on the caller's thread (median
-and maximum over every job of the chunk size's runs). The objects alive
+``submit_store``/``submit_load`` call takes on the caller's thread: median
+and maximum over the jobs of the row's operation in every run of its chunk
+size (so vLLM's figures and ours count the same jobs; a maximum over more
+calls is a larger one). The objects alive
 when the bench starts (vLLM's release and the torch it imports among
 them) are frozen out of the garbage collector for the run, as an engine
 freezes its start-up heap (:func:`freeze_startup_heap`; ``--no-gc-freeze``
@@ -122,6 +124,7 @@ class TierFigure:
     submit_us_median: float | None
     submit_us_max: float | None
     vllm_submit_us_median: float | None
+    vllm_submit_us_max: float | None = None
 
     @property
     def of_ceiling(self) -> float:
@@ -270,13 +273,13 @@ def _kvoffload(
     job_chunks: int,
     threads: int,
     checksum: bool = True,
-) -> tuple[dict[str, float], list[float], bool]:
-    """Seconds per operation, submit seconds, and whether the default tier
-    used ``O_DIRECT``."""
+) -> tuple[dict[str, float], dict[str, list[float]], bool]:
+    """Seconds per operation, each operation's submit seconds, and whether
+    the default tier used ``O_DIRECT``."""
     view = primary.data
     expected = primary.copy()
     seconds: dict[str, float] = {}
-    submits: list[float] = []
+    submits: dict[str, list[float]] = {}
     direct = False
     python_io: dict[str, Any] = {"compiled_io": False}
     cases: tuple[tuple[str, str, dict[str, Any]], ...] = (
@@ -308,9 +311,8 @@ def _kvoffload(
                 tier.submit_store, tier.drain_jobs, tier.get_finished_jobs, store_jobs,
                 sync=directory if full or options in ({}, python_io) else None,
             )
-            submits += times
             if store_operation:
-                seconds[store_operation] = elapsed
+                seconds[store_operation], submits[store_operation] = elapsed, times
             if load_operation:
                 if load_operation in (LOAD, LOAD_PYTHON_IO, LOAD_VERIFIED):
                     syncfs(directory)
@@ -322,10 +324,9 @@ def _kvoffload(
                     )
                 primary[:] = 0
                 load_jobs = _jobs(keys, job_chunks, promotion=True, first_id=len(keys))
-                seconds[load_operation], times = _run_jobs(
+                seconds[load_operation], submits[load_operation] = _run_jobs(
                     tier.submit_load, tier.drain_jobs, tier.get_finished_jobs, load_jobs
                 )
-                submits += times
                 if not np.array_equal(primary, expected):
                     raise RuntimeError("kvoffload's tier loaded other bytes")
         finally:
@@ -417,14 +418,15 @@ def _vllm(
     keys: Sequence[OffloadKey],
     job_chunks: int,
     threads: int | None,
-) -> tuple[dict[str, float], list[float], bool]:
+) -> tuple[dict[str, float], dict[str, list[float]], bool]:
     expected = primary.copy()
     where = directory / "vllm"
     tier = contender.new(primary, where, threads)
     direct = bool(tier._use_o_direct)
     seconds: dict[str, float] = {}
     try:
-        seconds[STORE], submits = _run_jobs(
+        submits: dict[str, list[float]] = {}
+        seconds[STORE], submits[STORE] = _run_jobs(
             tier.submit_store, tier.drain_jobs, tier.get_finished_jobs,
             contender.jobs(keys, job_chunks, promotion=False), sync=directory,
         )
@@ -433,11 +435,10 @@ def _vllm(
         reads = (LOAD,) if direct else (LOAD, LOAD_CACHED)
         for operation in reads:
             primary[:] = 0
-            seconds[operation], times = _run_jobs(
+            seconds[operation], submits[operation] = _run_jobs(
                 tier.submit_load, tier.drain_jobs, tier.get_finished_jobs,
                 contender.jobs(keys, job_chunks, promotion=True),
             )
-            submits += times
             if not np.array_equal(primary, expected):
                 raise RuntimeError("vLLM's tier loaded other bytes")
     finally:
@@ -483,8 +484,8 @@ def measure(
             ceiling: dict[str, list[float]] = {op: [] for op in OPERATIONS}
             ours: dict[str, list[float]] = {op: [] for op in OPERATIONS}
             theirs: dict[str, list[float]] = {op: [] for op in OPERATIONS}
-            our_submits: list[float] = []
-            their_submits: list[float] = []
+            our_submits: dict[str, list[float]] = {op: [] for op in OPERATIONS}
+            their_submits: dict[str, list[float]] = {op: [] for op in OPERATIONS}
             for _ in range(repeats):
                 primary[:] = np.frombuffer(rng.bytes(count * chunk_bytes), np.uint8).reshape(
                     count, chunk_bytes
@@ -497,14 +498,16 @@ def measure(
                 )
                 for op, value in seconds.items():
                     ours[op].append(value)
-                our_submits += submits
+                for op, times in submits.items():
+                    our_submits[op] += times
                 if vllm is not None:
                     seconds, submits, vllm_direct = _vllm(
                         vllm, primary, directory, keys, job_chunks, vllm_threads
                     )
                     for op, value in seconds.items():
                         theirs[op].append(value)
-                    their_submits += submits
+                    for op, times in submits.items():
+                        their_submits[op] += times
             moved = count * chunk_bytes
             for op in MEASURED:
                 figures.append(
@@ -517,10 +520,15 @@ def measure(
                         vllm_gbps=(
                             moved / statistics.median(theirs[op]) / 1e9 if theirs[op] else None
                         ),
-                        submit_us_median=statistics.median(our_submits) * 1e6,
-                        submit_us_max=max(our_submits) * 1e6,
+                        submit_us_median=statistics.median(our_submits[op]) * 1e6,
+                        submit_us_max=max(our_submits[op]) * 1e6,
                         vllm_submit_us_median=(
-                            statistics.median(their_submits) * 1e6 if their_submits else None
+                            statistics.median(their_submits[op]) * 1e6
+                            if their_submits[op]
+                            else None
+                        ),
+                        vllm_submit_us_max=(
+                            max(their_submits[op]) * 1e6 if their_submits[op] else None
                         ),
                     )
                 )
@@ -530,7 +538,7 @@ def measure(
 
 
 def render(figures: Sequence[TierFigure], conditions: str) -> str:
-    with_vllm = any(fig.vllm_submit_us_median is not None for fig in figures)
+    with_vllm = any(fig.vllm_gbps is not None for fig in figures)
     header = "| chunk | operation | chunks | disk ceiling GB/s | kvoffload GB/s | % of ceiling |"
     rule = "| --- | --- | ---: | ---: | ---: | ---: |"
     if with_vllm:
@@ -539,7 +547,7 @@ def render(figures: Sequence[TierFigure], conditions: str) -> str:
     header += " submit µs, median / max |"
     rule += " ---: |"
     if with_vllm:
-        header += " vLLM submit µs, median |"
+        header += " vLLM submit µs, median / max |"
         rule += " ---: |"
     lines = [conditions, "", header, rule]
     for fig in figures:
@@ -556,7 +564,8 @@ def render(figures: Sequence[TierFigure], conditions: str) -> str:
             )
         line += f" {fig.submit_us_median:.1f} / {fig.submit_us_max:.0f} |"
         if with_vllm:
-            line += f" {fig.vllm_submit_us_median:.1f} |"
+            median, most = fig.vllm_submit_us_median, fig.vllm_submit_us_max
+            line += " — |" if median is None or most is None else f" {median:.1f} / {most:.0f} |"
         lines.append(line)
     return "\n".join(lines)
 

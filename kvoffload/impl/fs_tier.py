@@ -257,7 +257,10 @@ def _read_chunks(
     only). ``compiled``: the whole batch in C, the interpreter lock released
     once (where the build has it)."""
     if compiled and _COMPILED_IO is not None:
-        counts = _COMPILED_IO[0](paths, payloads, spare, direct)
+        try:
+            counts = _COMPILED_IO[0](paths, payloads, spare, direct)
+        except Exception as error:  # (out of memory): every read of the batch failed
+            return [error] * len(paths)
         return [
             count if count >= 0 else OSError(-count, os.strerror(-count), path)
             for path, count in zip(paths, counts)

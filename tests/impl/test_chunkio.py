@@ -170,3 +170,12 @@ def test_a_write_that_runs_out_of_room_fails_and_leaves_no_temp_file(
                           text=True, timeout=60, check=True)
     assert done.stdout.split() == ["OSError", str(errno.EFBIG)], done.stdout + done.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+@compiled_only
+def test_a_batch_the_c_call_refuses_fails_each_of_its_reads(tmp_path: Path) -> None:
+    """An error of the C call itself (here a read-only buffer) fails every
+    read of the batch, as results: the pool thread goes on."""
+    (tmp_path / "f").write_bytes(bytes(payload(1)))
+    results = _read_chunks([str(tmp_path / "f")], [memoryview(bytes(CHUNK))], spare(), False, True)
+    assert len(results) == 1 and isinstance(results[0], (TypeError, BufferError))
