@@ -125,6 +125,8 @@ class TierFigure:
     submit_us_max: float | None
     vllm_submit_us_median: float | None
     vllm_submit_us_max: float | None = None
+    submit_cpu_us_median: float | None = None
+    submit_cpu_us_max: float | None = None
 
     @property
     def of_ceiling(self) -> float:
@@ -136,6 +138,22 @@ class TierFigure:
 
 
 Primary = npt.NDArray[np.uint8]
+
+
+def _submit_figures(
+    ours: Sequence[tuple[float, float]], theirs: Sequence[tuple[float, float]]
+) -> dict[str, float | None]:
+    """The submit fields of a :class:`TierFigure` from (wall, CPU) seconds."""
+    walls, cpus = [w for w, _ in ours], [c for _, c in ours]
+    vllm = [w for w, _ in theirs]
+    return {
+        "submit_us_median": statistics.median(walls) * 1e6,
+        "submit_us_max": max(walls) * 1e6,
+        "submit_cpu_us_median": statistics.median(cpus) * 1e6,
+        "submit_cpu_us_max": max(cpus) * 1e6,
+        "vllm_submit_us_median": statistics.median(vllm) * 1e6 if vllm else None,
+        "vllm_submit_us_max": max(vllm) * 1e6 if vllm else None,
+    }
 
 
 def _aligned_primary(num_chunks: int, chunk_bytes: int) -> tuple[mmap.mmap, Primary]:
@@ -243,18 +261,20 @@ def _run_jobs(
     finished: Callable[[], Sequence[Any]],
     jobs: Sequence[Any],
     sync: Path | None = None,
-) -> tuple[float, list[float]]:
+) -> tuple[float, list[tuple[float, float]]]:
     """Seconds from the first submit to the end of the drain (and of a
-    ``syncfs`` of ``sync``), and each submit's seconds; raises if a job
-    failed."""
+    ``syncfs`` of ``sync``), and each submit's seconds, wall-clock and CPU
+    of the caller's thread (``time.thread_time``: what the call itself ran,
+    not what it waited for); raises if a job failed."""
     submit_seconds = []
     if sync is not None:
         syncfs(sync)
     start = time.perf_counter()
     for job in jobs:
-        before = time.perf_counter()
+        before, cpu_before = time.perf_counter(), time.thread_time()
         submit(job)
-        submit_seconds.append(time.perf_counter() - before)
+        cpu = time.thread_time() - cpu_before
+        submit_seconds.append((time.perf_counter() - before, cpu))
     drain()
     if sync is not None:
         syncfs(sync)
@@ -273,13 +293,13 @@ def _kvoffload(
     job_chunks: int,
     threads: int,
     checksum: bool = True,
-) -> tuple[dict[str, float], dict[str, list[float]], bool]:
+) -> tuple[dict[str, float], dict[str, list[tuple[float, float]]], bool]:
     """Seconds per operation, each operation's submit seconds, and whether
     the default tier used ``O_DIRECT``."""
     view = primary.data
     expected = primary.copy()
     seconds: dict[str, float] = {}
-    submits: dict[str, list[float]] = {}
+    submits: dict[str, list[tuple[float, float]]] = {}
     direct = False
     python_io: dict[str, Any] = {"compiled_io": False}
     cases: tuple[tuple[str, str, dict[str, Any]], ...] = (
@@ -418,14 +438,14 @@ def _vllm(
     keys: Sequence[OffloadKey],
     job_chunks: int,
     threads: int | None,
-) -> tuple[dict[str, float], dict[str, list[float]], bool]:
+) -> tuple[dict[str, float], dict[str, list[tuple[float, float]]], bool]:
     expected = primary.copy()
     where = directory / "vllm"
     tier = contender.new(primary, where, threads)
     direct = bool(tier._use_o_direct)
     seconds: dict[str, float] = {}
     try:
-        submits: dict[str, list[float]] = {}
+        submits: dict[str, list[tuple[float, float]]] = {}
         seconds[STORE], submits[STORE] = _run_jobs(
             tier.submit_store, tier.drain_jobs, tier.get_finished_jobs,
             contender.jobs(keys, job_chunks, promotion=False), sync=directory,
@@ -484,8 +504,8 @@ def measure(
             ceiling: dict[str, list[float]] = {op: [] for op in OPERATIONS}
             ours: dict[str, list[float]] = {op: [] for op in OPERATIONS}
             theirs: dict[str, list[float]] = {op: [] for op in OPERATIONS}
-            our_submits: dict[str, list[float]] = {op: [] for op in OPERATIONS}
-            their_submits: dict[str, list[float]] = {op: [] for op in OPERATIONS}
+            our_submits: dict[str, list[tuple[float, float]]] = {op: [] for op in OPERATIONS}
+            their_submits: dict[str, list[tuple[float, float]]] = {op: [] for op in OPERATIONS}
             for _ in range(repeats):
                 primary[:] = np.frombuffer(rng.bytes(count * chunk_bytes), np.uint8).reshape(
                     count, chunk_bytes
@@ -520,16 +540,7 @@ def measure(
                         vllm_gbps=(
                             moved / statistics.median(theirs[op]) / 1e9 if theirs[op] else None
                         ),
-                        submit_us_median=statistics.median(our_submits[op]) * 1e6,
-                        submit_us_max=max(our_submits[op]) * 1e6,
-                        vllm_submit_us_median=(
-                            statistics.median(their_submits[op]) * 1e6
-                            if their_submits[op]
-                            else None
-                        ),
-                        vllm_submit_us_max=(
-                            max(their_submits[op]) * 1e6 if their_submits[op] else None
-                        ),
+                        **_submit_figures(our_submits[op], their_submits[op]),
                     )
                 )
         finally:
@@ -544,8 +555,8 @@ def render(figures: Sequence[TierFigure], conditions: str) -> str:
     if with_vllm:
         header += " vLLM fs GB/s | kvoffload / vLLM |"
         rule += " ---: | ---: |"
-    header += " submit µs, median / max |"
-    rule += " ---: |"
+    header += " submit µs, median / max | its CPU µs, median / max |"
+    rule += " ---: | ---: |"
     if with_vllm:
         header += " vLLM submit µs, median / max |"
         rule += " ---: |"
@@ -563,6 +574,7 @@ def render(figures: Sequence[TierFigure], conditions: str) -> str:
                 else " — | — |"
             )
         line += f" {fig.submit_us_median:.1f} / {fig.submit_us_max:.0f} |"
+        line += f" {fig.submit_cpu_us_median or 0:.1f} / {fig.submit_cpu_us_max or 0:.0f} |"
         if with_vllm:
             median, most = fig.vllm_submit_us_median, fig.vllm_submit_us_max
             line += " — |" if median is None or most is None else f" {median:.1f} / {most:.0f} |"
