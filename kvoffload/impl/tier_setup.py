@@ -8,7 +8,7 @@ list of dicts, each with a ``type`` and that tier's own parameters.
   (required), its size as ``capacity_blocks`` (chunks) or ``capacity_bytes``
   (exactly one), and any of its options (``cache_policy``, ``num_threads``,
   ``fsync``, ``checksum``, ``verify_loads``, ``direct_io``, ``recycle_files``,
-  ``medium``).
+  ``compiled_io``, ``medium``).
 - ``"memory"``: :class:`~kvoffload.impl.memtier.MemoryTier`, sized the same
   way; options ``medium``.
 - any other ``type`` with ``module_path``: ``getattr(import_module(
@@ -70,6 +70,7 @@ _FS_OPTIONS = frozenset(
         "verify_loads",
         "direct_io",
         "recycle_files",
+        "compiled_io",
         "medium",
     }
 )

@@ -271,3 +271,17 @@ def test_chunks_go_down_to_the_tier_and_come_back_to_the_gpu(
     if tier == "foreign":
         assert foreign_tier_example.INSTANCES[-1].closed
     assert not (tmp_path / "engine.mmap").exists()
+
+
+def test_every_option_of_the_file_tier_can_be_configured() -> None:
+    """``secondary_tiers`` takes each option ``FileSystemTier`` has (the
+    ones the manager sets itself aside), so a new option cannot be left
+    out of the configuration."""
+    import inspect
+
+    from kvoffload.impl.fs_tier import FileSystemTier
+    from kvoffload.impl.tier_setup import BUILT_IN_TIERS
+
+    set_by_caller = {"capacity_blocks", "primary_kv_view", "enable_events", "block_size"}
+    options = set(inspect.signature(FileSystemTier).parameters) - set_by_caller
+    assert options == BUILT_IN_TIERS["fs"]
