@@ -1,9 +1,12 @@
 """``python -m kvoffload bench tier``: throughput of the file tier
 (:class:`~kvoffload.FileSystemTier`) beside the disk's own ceiling and, with
-``--vllm-path DIR``, beside vLLM 0.33's ``fs`` tier on the same jobs.
+``--vllm-path DIR``, beside vLLM 0.33's ``fs`` tier on the same jobs, run
+as a vLLM install runs it: with its C I/O module ``vllm.fs_io_C`` where the
+release directory has it (:mod:`kvoffload.bench.vllm_fs_io`;
+``--vllm-python-io`` runs its Python fallback instead).
 
 For each chunk size the same bytes (random, ``--total`` of them, in a
-page-aligned primary buffer) move four ways; every figure is the median of
+page-aligned primary buffer) move these ways; every figure is the median of
 ``--repeats`` runs, in GB/s (10**9 bytes per second):
 
 - ``store``: the ceiling writes the bytes to one file sequentially and
@@ -14,6 +17,9 @@ page-aligned primary buffer) move four ways; every figure is the median of
 - ``load``: the files' pages are dropped from the page cache first
   (``posix_fadvise(DONTNEED)`` once they are on the disk); the ceiling reads
   its file sequentially, each tier runs load jobs into the primary buffer.
+- ``store, Python I/O`` and ``load, Python I/O`` (only where the build has
+  the tier's C I/O): as ``store`` and ``load``, kvoffload's tier with
+  ``compiled_io=False``, the Python path in the same run.
 - ``load, every chunk verified``: as ``load``, kvoffload's tier with
   ``verify_loads="always"`` (each load checks the chunk's CRC-32; by
   default only chunks found when the directory was opened are checked).
@@ -35,7 +41,8 @@ against the stored bytes (outside the timing). ``submit µs`` is the time a
 ``submit_store``/``submit_load`` call takes on the caller's thread: median
 and maximum over the jobs of the row's operation in every run of its chunk
 size (so vLLM's figures and ours count the same jobs; a maximum over more
-calls is a larger one). The objects alive
+calls is a larger one), and the CPU time those calls ran on the caller's
+thread (``time.thread_time``). The objects alive
 when the bench starts (vLLM's release and the torch it imports among
 them) are frozen out of the garbage collector for the run, as an engine
 freezes its start-up heap (:func:`freeze_startup_heap`; ``--no-gc-freeze``
