@@ -581,7 +581,7 @@ def render(figures: Sequence[TierFigure], conditions: str) -> str:
                 else " — | — |"
             )
         line += f" {fig.submit_us_median:.1f} / {fig.submit_us_max:.0f} |"
-        line += f" {fig.submit_cpu_us_median or 0:.1f} / {fig.submit_cpu_us_max or 0:.0f} |"
+        line += f" {fig.submit_cpu_us_median:.1f} / {fig.submit_cpu_us_max:.0f} |"
         if with_vllm:
             median, most = fig.vllm_submit_us_median, fig.vllm_submit_us_max
             line += " — |" if median is None or most is None else f" {median:.1f} / {most:.0f} |"

@@ -83,7 +83,7 @@ def test_a_read_that_comes_back_short_reads_on_until_the_chunk_is_whole(
                 out.write(data[start : start + 1000])
                 time.sleep(0.001)
 
-    thread = threading.Thread(target=writer)
+    thread = threading.Thread(target=writer, daemon=True)  # a writer a failed read left blocked cannot hold the run
     thread.start()
     results, got = read([fifo], compiled)
     thread.join(10)
