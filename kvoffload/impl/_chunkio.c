@@ -8,7 +8,10 @@
  * takes back the interpreter lock that all pool threads and the scheduler's
  * thread share. These functions make the same calls, in the same order and
  * with the same outcomes as the Python functions in fs_tier.py
- * (_read_chunk, _write_chunk), with the lock released for all of them.
+ * (_read_chunk, _write_chunk), with the lock released once per batch of
+ * them: a pool thread's share of a job's items, loads or stores. A store's
+ * CRC-32 (which names its file) is computed in the same batch, by a C
+ * function the caller names by address (libdeflate's, or zlib's).
  * fs_tier.py falls back to its Python functions when this module is not
  * built (the pure build, a machine with no C compiler).
  *
@@ -21,6 +24,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -287,67 +291,169 @@ static int write_one(const char *temp, const char *final, const char *data, Py_s
     return 0;
 }
 
-PyDoc_STRVAR(write_chunk_doc,
-"write_chunk(temp_path, final_path, payload, fsync, direct, recycled) -> None\n\n"
-"fs_tier._write_chunk with the interpreter lock released: write `payload`\n"
-"under `temp_path` (over the file `recycled` renamed to it, when given and\n"
-"still there; else a new file), fsync it when `fsync` (0 none, 1 the chunk,\n"
-"2 the chunk and its directory) says so, and rename it to `final_path`.\n"
-"Raises OSError (FileNotFoundError when the folder is missing) and leaves\n"
-"no temp file behind on failure.");
+/* CRC-32 functions a caller may name by address (crc_kind): both compute
+ * zlib's CRC-32, continued from `crc` (0 starts one) */
+#define CRC_NONE 0
+#define CRC_LIBDEFLATE 1 /* uint32_t libdeflate_crc32(uint32_t, const void *, size_t) */
+#define CRC_ZLIB 2       /* uLong crc32_z(uLong, const Bytef *, z_size_t) */
+typedef uint32_t (*libdeflate_crc_fn)(uint32_t, const void *, size_t);
+typedef unsigned long (*zlib_crc_fn)(unsigned long, const unsigned char *, size_t);
 
-static PyObject *write_chunk(PyObject *self, PyObject *args)
+static uint32_t crc_of(void *function, int kind, const char *data, Py_ssize_t len)
 {
-    PyObject *temp = NULL, *final = NULL, *recycled_arg, *recycled = NULL;
-    Py_buffer payload;
-    int fsync_mode, direct;
+    if (kind == CRC_LIBDEFLATE)
+        return ((libdeflate_crc_fn)function)(0, data, (size_t)len);
+    return (uint32_t)((zlib_crc_fn)function)(0, (const unsigned char *)data, (size_t)len);
+}
+
+static const char HEX[] = "0123456789abcdef";
+
+PyDoc_STRVAR(write_chunks_doc,
+"write_chunks(temps, prefixes, suffix, payloads, recycled, fsync, direct,\n"
+"             crc_function, crc_kind) -> list[int]\n\n"
+"fs_tier._write_chunk for each item, the interpreter lock released once for\n"
+"the whole batch: write the buffer of `payloads` under the path of `temps`\n"
+"(over the file of `recycled` renamed to it, when that is not None and\n"
+"still there; else a new file), fsync it when `fsync` (0 none, 1 the chunk,\n"
+"2 the chunk and its directory) says so, and rename it to its final path:\n"
+"its prefix, then (when `crc_function` is not 0) the payload's CRC-32 as 8\n"
+"hex digits, then `suffix`. `crc_function` is the address of a C function\n"
+"computing zlib's CRC-32 and `crc_kind` its signature: 1 libdeflate's\n"
+"libdeflate_crc32, 2 zlib's crc32_z. Each item of the result is the CRC-32\n"
+"(0 without `crc_function`) or -errno for a failed write (-EIO for one\n"
+"that made no progress), which leaves no temp file behind.");
+
+static PyObject *write_chunks(PyObject *self, PyObject *args)
+{
+    PyObject *temps, *prefixes, *suffix_arg, *payloads, *recycled_arg;
+    PyObject *suffix = NULL;
+    int fsync_mode, direct, crc_kind;
+    unsigned long long crc_address;
     (void)self;
-    if (!PyArg_ParseTuple(args, "O&O&y*ipO:write_chunk", PyUnicode_FSConverter, &temp,
-                          PyUnicode_FSConverter, &final, &payload, &fsync_mode, &direct,
-                          &recycled_arg))
-        goto parse_failed;
-    if (recycled_arg != Py_None && !PyUnicode_FSConverter(recycled_arg, &recycled)) {
-        PyBuffer_Release(&payload);
-        goto parse_failed;
+    if (!PyArg_ParseTuple(args, "OOOOOipKi:write_chunks", &temps, &prefixes, &suffix_arg,
+                          &payloads, &recycled_arg, &fsync_mode, &direct, &crc_address,
+                          &crc_kind))
+        return NULL;
+    void *crc_function = (void *)(uintptr_t)crc_address;
+    if (crc_function != NULL && crc_kind != CRC_LIBDEFLATE && crc_kind != CRC_ZLIB) {
+        PyErr_Format(PyExc_ValueError, "unknown crc_kind %d", crc_kind);
+        return NULL;
     }
-    struct failure failure = {0, ON_TEMP};
-    int status;
-    const char *temp_s = PyBytes_AS_STRING(temp), *final_s = PyBytes_AS_STRING(final);
-    const char *recycled_s = recycled ? PyBytes_AS_STRING(recycled) : NULL;
-    Py_BEGIN_ALLOW_THREADS
-    status = write_one(temp_s, final_s, payload.buf, payload.len, fsync_mode, direct,
-                       recycled_s, &failure);
-    Py_END_ALLOW_THREADS
-    PyBuffer_Release(&payload);
+    if (!PyUnicode_FSConverter(suffix_arg, &suffix))
+        return NULL;
     PyObject *result = NULL;
-    if (status == 0) {
-        result = Py_NewRef(Py_None);
-    } else if (failure.error == 0) {
-        PyErr_Format(PyExc_OSError, "short write to %s", temp_s);
-    } else {
-        PyObject *named = failure.path == ON_RECYCLED   ? recycled
-                          : failure.path == ON_DIRECTORY ? final
-                                                         : temp;
-        PyObject *name = PyUnicode_DecodeFSDefault(PyBytes_AS_STRING(named));
-        errno = failure.error;
-        if (name != NULL) {
-            PyErr_SetFromErrnoWithFilenameObject(PyExc_OSError, name);
-            Py_DECREF(name);
+    PyObject *seqs[4] = {NULL, NULL, NULL, NULL};
+    PyObject *sources[4] = {temps, prefixes, payloads, recycled_arg};
+    Py_buffer *views = NULL;
+    PyObject **temp_names = NULL, **recycled_names = NULL, **prefix_names = NULL;
+    char **finals = NULL;
+    long long *outcomes = NULL; /* a CRC-32 (0 .. 2**32 - 1) or -errno */
+    Py_ssize_t n = 0, held = 0;
+    for (int k = 0; k < 4; k++) {
+        seqs[k] = PySequence_Fast(sources[k], "write_chunks takes sequences");
+        if (seqs[k] == NULL)
+            goto done;
+    }
+    n = PySequence_Fast_GET_SIZE(seqs[0]);
+    for (int k = 1; k < 4; k++) {
+        if (PySequence_Fast_GET_SIZE(seqs[k]) != n) {
+            PyErr_SetString(PyExc_ValueError,
+                            "temps, prefixes, payloads and recycled differ in length");
+            goto done;
         }
     }
-    Py_DECREF(temp);
-    Py_DECREF(final);
-    Py_XDECREF(recycled);
+    size_t slots = (size_t)(n ? n : 1);
+    views = PyMem_Calloc(slots, sizeof(Py_buffer));
+    temp_names = PyMem_Calloc(slots, sizeof(PyObject *));
+    recycled_names = PyMem_Calloc(slots, sizeof(PyObject *));
+    prefix_names = PyMem_Calloc(slots, sizeof(PyObject *));
+    finals = PyMem_Calloc(slots, sizeof(char *));
+    outcomes = PyMem_Calloc(slots, sizeof(long long));
+    if (views == NULL || temp_names == NULL || recycled_names == NULL || prefix_names == NULL
+        || finals == NULL || outcomes == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    Py_ssize_t suffix_len = PyBytes_GET_SIZE(suffix);
+    Py_ssize_t digits = crc_function != NULL ? 8 : 0;
+    for (; held < n; held++) {
+        PyObject *recycled_item = PySequence_Fast_GET_ITEM(seqs[3], held);
+        if (!PyUnicode_FSConverter(PySequence_Fast_GET_ITEM(seqs[0], held), &temp_names[held])
+            || !PyUnicode_FSConverter(PySequence_Fast_GET_ITEM(seqs[1], held),
+                                      &prefix_names[held])
+            || (recycled_item != Py_None
+                && !PyUnicode_FSConverter(recycled_item, &recycled_names[held])))
+            goto done;
+        if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(seqs[2], held), &views[held],
+                               PyBUF_SIMPLE) < 0)
+            goto done;
+        Py_ssize_t prefix_len = PyBytes_GET_SIZE(prefix_names[held]);
+        finals[held] = PyMem_Malloc((size_t)(prefix_len + digits + suffix_len + 1));
+        if (finals[held] == NULL) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        memcpy(finals[held], PyBytes_AS_STRING(prefix_names[held]), (size_t)prefix_len);
+        memcpy(finals[held] + prefix_len + digits, PyBytes_AS_STRING(suffix),
+               (size_t)suffix_len + 1);
+    }
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n; i++) {
+        uint32_t crc = 0;
+        if (crc_function != NULL) {
+            crc = crc_of(crc_function, crc_kind, views[i].buf, views[i].len);
+            char *at = finals[i] + PyBytes_GET_SIZE(prefix_names[i]);
+            for (int d = 0; d < 8; d++)
+                at[d] = HEX[(crc >> (28 - 4 * d)) & 0xf];
+        }
+        struct failure failure = {0, ON_TEMP};
+        const char *recycled = recycled_names[i] ? PyBytes_AS_STRING(recycled_names[i]) : NULL;
+        if (write_one(PyBytes_AS_STRING(temp_names[i]), finals[i], views[i].buf, views[i].len,
+                      fsync_mode, direct, recycled, &failure)
+            == 0)
+            outcomes[i] = crc;
+        else
+            outcomes[i] = -(long long)(failure.error ? failure.error : EIO);
+    }
+    Py_END_ALLOW_THREADS
+    result = PyList_New(n);
+    if (result == NULL)
+        goto done;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *outcome = PyLong_FromLongLong(outcomes[i]);
+        if (outcome == NULL) {
+            Py_CLEAR(result);
+            goto done;
+        }
+        PyList_SET_ITEM(result, i, outcome);
+    }
+done:
+    if (views != NULL && temp_names != NULL && recycled_names != NULL && prefix_names != NULL
+        && finals != NULL) {
+        for (Py_ssize_t i = 0; i < (held < n ? held + 1 : n); i++) {
+            if (views[i].obj != NULL)
+                PyBuffer_Release(&views[i]);
+            Py_XDECREF(temp_names[i]);
+            Py_XDECREF(recycled_names[i]);
+            Py_XDECREF(prefix_names[i]);
+            PyMem_Free(finals[i]);
+        }
+    }
+    PyMem_Free(views);
+    PyMem_Free(temp_names);
+    PyMem_Free(recycled_names);
+    PyMem_Free(prefix_names);
+    PyMem_Free(finals);
+    PyMem_Free(outcomes);
+    for (int k = 0; k < 4; k++)
+        Py_XDECREF(seqs[k]);
+    Py_DECREF(suffix);
     return result;
-parse_failed:
-    Py_XDECREF(temp);
-    Py_XDECREF(final);
-    return NULL;
 }
 
 static PyMethodDef methods[] = {
     {"read_chunks", read_chunks, METH_VARARGS, read_chunks_doc},
-    {"write_chunk", write_chunk, METH_VARARGS, write_chunk_doc},
+    {"write_chunks", write_chunks, METH_VARARGS, write_chunks_doc},
     {NULL, NULL, 0, NULL},
 };
 

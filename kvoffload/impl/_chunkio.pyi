@@ -5,12 +5,15 @@ from collections.abc import Sequence
 def read_chunks(
     paths: Sequence[str], payloads: Sequence[memoryview], spare: memoryview, direct: bool, /
 ) -> list[int]: ...
-def write_chunk(
-    temp_path: str,
-    final_path: str,
-    payload: memoryview,
+def write_chunks(
+    temps: Sequence[str],
+    prefixes: Sequence[str],
+    suffix: str,
+    payloads: Sequence[memoryview],
+    recycled: Sequence[str | None],
     fsync: int,
     direct: bool,
-    recycled: str | None,
+    crc_function: int,
+    crc_kind: int,
     /,
-) -> None: ...
+) -> list[int]: ...

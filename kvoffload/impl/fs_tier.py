@@ -55,9 +55,11 @@ import os
 import sys
 import threading
 import zlib
+from _ctypes import CFuncPtr as _CFuncPtr
 from collections import deque
 from collections.abc import Callable, Collection, Iterable, Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 from kvoffload.impl.backend import require_positive_int
 from kvoffload.impl.block import BlockStatus
@@ -159,7 +161,6 @@ def _write_chunk(
     fsync: FsyncPolicy,
     direct: bool,
     recycled: str | None = None,
-    compiled: bool = False,
 ) -> None:
     """Write ``payload`` to ``temp_path`` and rename it to ``final_path``;
     raises OSError (and leaves no temp file) on failure.
@@ -170,11 +171,8 @@ def _write_chunk(
     old bytes are never readable under ``final_path``: the rename to it comes
     only after the whole payload is written (and the file cut to its length);
     a crash before leaves a temp file. When ``recycled`` is gone, a new file
-    is created. ``compiled``: the same steps in C, the interpreter lock
-    released once for all of them (where the build has it)."""
-    if compiled and _COMPILED_IO is not None:
-        _COMPILED_IO[1](temp_path, final_path, payload, _FSYNC_CODE[fsync], direct, recycled)
-        return
+    is created. (:func:`_write_chunks` runs a batch of these, in C where the
+    build has it.)"""
     direct_flag = _O_DIRECT if direct else 0
     fd = -1
     if recycled is not None:
@@ -274,17 +272,82 @@ def _read_chunks(
     return results
 
 
+class _CFunction(NamedTuple):
+    """A C function computing zlib's CRC-32, for the C chunk I/O to call
+    with the interpreter lock released: its address and its signature
+    (:data:`_CRC_LIBDEFLATE` or :data:`_CRC_ZLIB`)."""
+
+    address: int
+    kind: int
+
+
+_CRC_LIBDEFLATE = 1
+"""``uint32_t libdeflate_crc32(uint32_t crc, const void *data, size_t len)``"""
+_CRC_ZLIB = 2
+"""``uLong crc32_z(uLong crc, const Bytef *data, z_size_t len)`` (zlib >= 1.2.9)"""
+
+
+def _write_chunks(
+    temps: Sequence[str],
+    prefixes: Sequence[str],
+    payloads: Sequence[memoryview],
+    recycled: Sequence[str | None],
+    fsync: FsyncPolicy,
+    direct: bool,
+    crc32: _CFunction | None,
+    compiled: bool,
+) -> list[int | OSError]:
+    """:func:`_write_chunk` for each item: ``payloads[i]`` written under
+    ``temps[i]`` (over ``recycled[i]`` when given) and renamed to its final
+    path, ``prefixes[i]``, then, with ``crc32``, the payload's CRC-32 as 8
+    hex digits, then :data:`CHUNK_SUFFIX`. Each result is that CRC-32 (0
+    without ``crc32``) or the error that failed that item (it fails that
+    item only, and leaves no temp file). ``compiled``: the whole batch in C,
+    the CRC-32s computed by ``crc32`` and the interpreter lock released once
+    (where the build has it); the Python path computes the same CRC-32 with
+    :func:`zlib.crc32`."""
+    if compiled and _COMPILED_IO is not None:
+        address, kind = crc32 if crc32 is not None else (0, 0)
+        outcomes = _COMPILED_IO[1](
+            temps, prefixes, CHUNK_SUFFIX, payloads, recycled, _FSYNC_CODE[fsync], direct,
+            address, kind,
+        )
+        return [
+            outcome if outcome >= 0 else OSError(-outcome, os.strerror(-outcome), temp)
+            for temp, outcome in zip(temps, outcomes)
+        ]
+    results: list[int | OSError] = []
+    for temp, prefix, payload, old in zip(temps, prefixes, payloads, recycled):
+        crc = zlib.crc32(payload) if crc32 is not None else 0
+        final = f"{prefix}{crc:08x}{CHUNK_SUFFIX}" if crc32 is not None else prefix + CHUNK_SUFFIX
+        try:
+            _write_chunk(temp, final, payload, fsync, direct, old)
+            results.append(crc)
+        except OSError as error:
+            results.append(error)
+    return results
+
+
+def _no_folder(outcome: int | Exception) -> bool:
+    """Whether a write failed because its folder is missing."""
+    return isinstance(outcome, FileNotFoundError)
+
+
 _ReadChunks = Callable[[Sequence[str], Sequence[memoryview], memoryview, bool], list[int]]
-_WriteChunk = Callable[[str, str, memoryview, int, bool, "str | None"], None]
+_WriteChunks = Callable[
+    [Sequence[str], Sequence[str], str, Sequence[memoryview], Sequence["str | None"], int,
+     bool, int, int],
+    list[int],
+]
 
 
-def _load_compiled_io() -> tuple[_ReadChunks, _WriteChunk] | None:
+def _load_compiled_io() -> tuple[_ReadChunks, _WriteChunks] | None:
     """The C chunk I/O of the compiled build, or None (pure build)."""
     try:
         from kvoffload.impl import _chunkio
     except ImportError:
         return None
-    return _chunkio.read_chunks, _chunkio.write_chunk
+    return _chunkio.read_chunks, _chunkio.write_chunks
 
 
 _COMPILED_IO = _load_compiled_io()
@@ -353,6 +416,48 @@ _FAST_CRC32: _Crc32At | None = _libdeflate_crc32()
 CRC32_SOURCE = "zlib" if _FAST_CRC32 is None else "libdeflate"
 """Which library computes the chunks' CRC-32: ``"libdeflate"`` where the
 system has it, else ``"zlib"``. Both give the same values."""
+
+
+def _zlib_c_crc32() -> _CFunction | None:
+    """zlib's ``crc32_z`` for the C chunk I/O to call, when the system's
+    zlib library can be opened and has it (zlib >= 1.2.9), else None."""
+    for name in ("libz.so.1", "libz.so", "libz.1.dylib", "libz.dylib"):
+        try:
+            library = ctypes.CDLL(name)
+        except OSError:
+            continue
+        function = getattr(library, "crc32_z", None)
+        if function is None:
+            continue
+        function.restype = ctypes.c_ulong
+        function.argtypes = (ctypes.c_ulong, ctypes.c_char_p, ctypes.c_size_t)
+        probe = b"kvoffload"
+        if function(0, probe, len(probe)) != zlib.crc32(probe):
+            continue
+        return _CFunction(_function_address(function), _CRC_ZLIB)
+    return None
+
+
+def _function_address(function: object) -> int:
+    """The address of a C function loaded by :mod:`ctypes`."""
+    if not isinstance(function, _CFuncPtr):
+        raise TypeError(f"{function!r} is not a C function loaded by ctypes")
+    address = ctypes.cast(function, ctypes.c_void_p).value
+    if not address:
+        raise ValueError(f"{function!r} has no address")
+    return int(address)
+
+
+def _c_crc32(crc32_at: _Crc32At | None) -> _CFunction | None:
+    """The C function that computes what ``crc32_at`` (libdeflate's, or
+    None for zlib) computes, for the C chunk I/O; None when there is none
+    (the CRC-32 is then computed before the C call)."""
+    if crc32_at is not None:
+        return _CFunction(_function_address(crc32_at), _CRC_LIBDEFLATE)
+    return _ZLIB_C_CRC32
+
+
+_ZLIB_C_CRC32: _CFunction | None = _zlib_c_crc32() if COMPILED_IO else None
 
 # ext2/3/4's "top of directory hierarchies" attribute (``chattr +T``), set
 # through the generic inode-flags ioctls (both read and write an int)
@@ -572,6 +677,8 @@ class FileSystemTier:
         self._compiled_io = compiled_io and COMPILED_IO
         self.io_source: str = "compiled" if self._compiled_io else "python"
         self._crc32_at = _FAST_CRC32
+        # the C I/O computes a store's CRC-32 itself when it can call one
+        self._c_crc32 = _c_crc32(self._crc32_at) if self._compiled_io and checksum else None
         self.spreads_shards = False
         # recycling needs the checksum: after a power loss a recycled file
         # whose new bytes never reached the disk holds the evicted chunk's
@@ -604,6 +711,7 @@ class FileSystemTier:
         self._load_queue: deque[_Job] = deque()
         self._store_queue: deque[_Job] = deque()
         self._queued_loads = 0  # items of the load queue no thread has taken
+        self._queued_stores = 0  # the same, of the store queue
         self._results: list[TierJobResult] = []
         self._events: list[OffloadingEvent] = []
         self._closed = False
@@ -964,6 +1072,8 @@ class FileSystemTier:
             queue.append(entry)
             if entry.promotion:
                 self._queued_loads += len(entry.items)
+            else:
+                self._queued_stores += len(entry.items)
             self._work.notify()  # the woken thread wakes the next (``_worker``)
         if entry.pending == 0:
             self._finish(entry)
@@ -990,7 +1100,7 @@ class FileSystemTier:
                 if entry.promotion:
                     batch = self._take_loads(entry)
                 else:
-                    item, recycled, doomed = self._take_store(entry)
+                    batch, recycled, doomed = self._take_stores(entry)
                 if entry.next_item == len(entry.items):
                     queue.popleft()
                 if self._load_queue or self._store_queue:
@@ -998,38 +1108,43 @@ class FileSystemTier:
             if entry.promotion:
                 self._run_loads(entry, batch, spare)
             else:
-                self._run_store(entry, item, recycled, doomed)
+                self._run_stores(entry, batch, recycled, doomed)
 
-    def _take_loads(self, entry: _Job) -> list[_Item]:
-        """The next items of promotion ``entry`` for one pool thread (lock
-        held): its share of the queued load items, so that a thread takes a
-        whole job when many are queued (fewer hand-offs) and the threads
-        split a lone job."""
-        share = -(-self._queued_loads // self.num_threads)
+    def _take_share(self, entry: _Job, queued: int) -> list[_Item]:
+        """The next items of ``entry`` for one pool thread (lock held): its
+        share of the ``queued`` items of ``entry``'s queue, so that a thread
+        takes a whole job when many are queued (fewer hand-offs, one C call)
+        and the threads split a lone job."""
+        share = -(-queued // self.num_threads)
         start = entry.next_item
         end = min(len(entry.items), start + max(1, share))
         entry.next_item = end
-        self._queued_loads -= end - start
         return entry.items[start:end]
 
-    def _take_store(self, entry: _Job) -> tuple[_Item, str | None, list[str]]:
-        """The next item of cascade ``entry`` for one pool thread (lock
-        held), the evicted chunk's file it overwrites (None: a new file),
-        and the files to remove before it writes. Each store item recycles
-        one of the files of the chunks its job evicted (a job evicts at most
-        one chunk per item); without recycling they are all removed before
-        the job's first write."""
-        item = entry.items[entry.next_item]
-        entry.next_item += 1
+    def _take_loads(self, entry: _Job) -> list[_Item]:
+        """:meth:`_take_share` of promotion ``entry``."""
+        batch = self._take_share(entry, self._queued_loads)
+        self._queued_loads -= len(batch)
+        return batch
+
+    def _take_stores(self, entry: _Job) -> tuple[list[_Item], list[str | None], list[str]]:
+        """:meth:`_take_share` of cascade ``entry``, the evicted chunks'
+        files its items overwrite (None: a new file), and the files to
+        remove before they are written. Each store item recycles one of the
+        files of the chunks its job evicted (a job evicts at most one chunk
+        per item); without recycling they are all removed before the job's
+        first write."""
+        batch = self._take_share(entry, self._queued_stores)
+        self._queued_stores -= len(batch)
         doomed = entry.doomed
         if not (doomed and self._recycle):
             entry.doomed = []
-            return item, None, doomed
-        recycled = doomed.pop()
+            return batch, [None] * len(batch), doomed
+        recycled = [doomed.pop() if doomed else None for _ in batch]
         if entry.next_item < len(entry.items):
-            return item, recycled, []
-        entry.doomed = []  # the last item: the files no item recycles go
-        return item, recycled, doomed
+            return batch, recycled, []
+        entry.doomed = []  # the last items: the files no item recycles go
+        return batch, recycled, doomed
 
     def _run_loads(self, entry: _Job, batch: list[_Item], spare: memoryview) -> None:
         """Copy ``batch`` (items of promotion ``entry``) into their primary
@@ -1046,15 +1161,21 @@ class FileSystemTier:
             for item, ok in done:
                 self._load_done(entry, item, ok)
 
-    def _run_store(
-        self, entry: _Job, item: _Item, recycled: str | None, doomed: list[str]
+    def _run_stores(
+        self,
+        entry: _Job,
+        batch: list[_Item],
+        recycled: list[str | None],
+        doomed: list[str],
     ) -> None:
-        """Write one item of cascade ``entry`` and complete it."""
+        """Write ``batch`` (items of cascade ``entry``), then complete them
+        under the lock at once."""
         for victim in doomed:
             self._remove_quietly(victim)
-        written = self._store(item, recycled)
+        written = self._store(batch, recycled)
         with self._work:
-            self._store_done(entry, item, written)
+            for item, path in zip(batch, written):
+                self._store_done(entry, item, path)
 
     @staticmethod
     def _remove_quietly(path: str) -> None:
@@ -1074,29 +1195,70 @@ class FileSystemTier:
             return zlib.crc32(payload)
         return crc32_at(0, self._base_address + chunk_id * self.chunk_bytes, len(payload))
 
-    def _store(self, item: _Item, recycled: str | None = None) -> str | None:
-        """Copy one primary slot into its file (pool thread), overwriting
-        ``recycled`` (an evicted chunk's file) when given; the file's path,
-        or None when the store failed."""
+    def _store(self, batch: list[_Item], recycled: list[str | None]) -> list[str | None]:
+        """Copy each item's primary slot into its file (pool thread),
+        overwriting the file at the same index of ``recycled`` (an evicted
+        chunk's) when given; each item's path, or None where its store
+        failed (it fails that key only)."""
+        stems = [self._stem(item.key, item.serial) for item in batch]
+        payloads = [self._slot(item.chunk_id) for item in batch]
+        crc32 = self._c_crc32
+        if not self._checksum:
+            prefixes = [f"{stem}.{NO_CHECKSUM}" for stem in stems]
+        elif crc32 is None:  # the CRC-32 now, here; else in the write's C call
+            prefixes = [
+                f"{stem}.{self._crc32(item.chunk_id, payload):08x}"
+                for stem, item, payload in zip(stems, batch, payloads)
+            ]
+        else:
+            prefixes = [f"{stem}." for stem in stems]
+        temps = [stem + TEMP_SUFFIX for stem in stems]
+        outcomes = self._write(temps, prefixes, payloads, recycled, crc32)
+        paths: list[str | None] = []
+        for item, prefix, old, outcome in zip(batch, prefixes, recycled, outcomes):
+            if isinstance(outcome, Exception):
+                logger.warning("store of %s failed: %s", item.key.hex(), outcome)
+                if old is not None:
+                    self._remove_quietly(old)  # still there when the rename failed
+                paths.append(None)
+            else:
+                crc = f"{outcome:08x}" if crc32 is not None else ""
+                paths.append(f"{prefix}{crc}{CHUNK_SUFFIX}")
+        return paths
+
+    def _write(
+        self,
+        temps: list[str],
+        prefixes: list[str],
+        payloads: list[memoryview],
+        recycled: list[str | None],
+        crc32: _CFunction | None,
+    ) -> list[int | Exception]:
+        """:func:`_write_chunks` with this tier's settings; an item whose
+        shard has no folder yet (its first chunk) is written again once the
+        folder is made. An error of the call itself fails every item."""
+        outcomes: list[int | Exception] = []
         try:
-            payload = self._slot(item.chunk_id)
-            checksum = (
-                f"{self._crc32(item.chunk_id, payload):08x}" if self._checksum else NO_CHECKSUM
+            outcomes.extend(
+                _write_chunks(
+                    temps, prefixes, payloads, recycled, self._fsync, self.direct_io, crc32,
+                    self._compiled_io,
+                )
             )
-            stem = self._stem(item.key, item.serial)
-            path = f"{stem}.{checksum}{CHUNK_SUFFIX}"
-            write_args = (stem + TEMP_SUFFIX, path, payload, self._fsync, self.direct_io)
-            try:
-                _write_chunk(*write_args, recycled, self._compiled_io)
-            except FileNotFoundError:  # the shard's first chunk
-                os.makedirs(os.path.dirname(path), exist_ok=True)
-                _write_chunk(*write_args, recycled, self._compiled_io)
-            return path
-        except Exception as error:  # an I/O failure fails this key only
-            logger.warning("store of %s failed: %s", item.key.hex(), error)
-            if recycled is not None:
-                self._remove_quietly(recycled)  # still there when the rename failed
-            return None
+            again = [i for i, outcome in enumerate(outcomes) if _no_folder(outcome)]
+            if again:
+                for folder in {os.path.dirname(temps[i]) for i in again}:
+                    os.makedirs(folder, exist_ok=True)
+                retried = _write_chunks(
+                    [temps[i] for i in again], [prefixes[i] for i in again],
+                    [payloads[i] for i in again], [recycled[i] for i in again],
+                    self._fsync, self.direct_io, crc32, self._compiled_io,
+                )
+                for i, outcome in zip(again, retried):
+                    outcomes[i] = outcome
+        except Exception as error:  # (out of memory, a folder that cannot be made)
+            outcomes = [error] * len(temps)
+        return outcomes
 
     def _loaded(self, item: _Item, payload: memoryview, read: int | Exception) -> bool:
         """Whether ``item``'s file made it whole into its primary slot

@@ -2,7 +2,7 @@
 (``_chunkio``) and the Python ones do the same steps with the same
 outcomes. Every case runs both ways (the C one is skipped in the pure
 build) through the seams the tier calls, ``_read_chunks`` and
-``_write_chunk``."""
+``_write_chunks``."""
 
 from __future__ import annotations
 
@@ -14,13 +14,14 @@ import sys
 import textwrap
 import threading
 import time
+import zlib
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from kvoffload.impl import fs_tier
-from kvoffload.impl.fs_tier import FsyncPolicy, _read_chunks, _write_chunk
+from kvoffload.impl.fs_tier import CHUNK_SUFFIX, FsyncPolicy, _read_chunks, _write_chunks
 
 CHUNK = 3 * 4096
 
@@ -95,10 +96,15 @@ def test_a_read_that_comes_back_short_reads_on_until_the_chunk_is_whole(
 
 def write(tmp_path: Path, compiled: bool, seed: int = 1, recycled: Path | None = None,
           fsync: FsyncPolicy = FsyncPolicy.NONE, name: str = "c") -> Path:
-    final = tmp_path / f"{name}.kvc"
-    _write_chunk(str(tmp_path / f"{name}.tmp"), str(final), payload(seed), fsync, False,
-                 None if recycled is None else str(recycled), compiled)
-    return final
+    """One item through ``_write_chunks``, its error raised."""
+    [outcome] = _write_chunks(
+        [str(tmp_path / f"{name}.tmp")], [str(tmp_path / name)], [payload(seed)],
+        [None if recycled is None else str(recycled)], fsync, False, None, compiled,
+    )
+    if isinstance(outcome, OSError):
+        raise outcome
+    assert outcome == 0, "no CRC-32 asked for"
+    return tmp_path / f"{name}{CHUNK_SUFFIX}"
 
 
 @pytest.mark.parametrize("fsync", list(FsyncPolicy))
@@ -156,14 +162,12 @@ def test_a_write_that_runs_out_of_room_fails_and_leaves_no_temp_file(
         f"""
         import resource, sys
         import numpy as np
-        from kvoffload.impl.fs_tier import FsyncPolicy, _write_chunk
+        from kvoffload.impl.fs_tier import FsyncPolicy, _write_chunks
         resource.setrlimit(resource.RLIMIT_FSIZE, ({CHUNK // 2}, {CHUNK // 2}))
         data = memoryview(np.ones({CHUNK}, dtype=np.uint8)).cast("B")
-        try:
-            _write_chunk(sys.argv[1] + "/c.tmp", sys.argv[1] + "/c.kvc", data,
-                         FsyncPolicy.NONE, False, None, {compiled})
-        except OSError as error:
-            print(type(error).__name__, error.errno)
+        [error] = _write_chunks([sys.argv[1] + "/c.tmp"], [sys.argv[1] + "/c."], [data],
+                                [None], FsyncPolicy.NONE, False, None, {compiled})
+        print(type(error).__name__, getattr(error, "errno", None))
         """
     )
     done = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True,
@@ -179,3 +183,81 @@ def test_a_batch_the_c_call_refuses_fails_each_of_its_reads(tmp_path: Path) -> N
     (tmp_path / "f").write_bytes(bytes(payload(1)))
     results = _read_chunks([str(tmp_path / "f")], [memoryview(bytes(CHUNK))], spare(), False, True)
     assert len(results) == 1 and isinstance(results[0], (TypeError, BufferError))
+
+
+# --- batches of writes -------------------------------------------------------------
+
+CRC_FUNCTIONS = [
+    pytest.param(None, id="crc-before"),
+    pytest.param("zlib", id="zlib",
+                 marks=pytest.mark.skipif(fs_tier._zlib_c_crc32() is None,
+                                          reason="no zlib with crc32_z to open")),
+    pytest.param("libdeflate", id="libdeflate",
+                 marks=pytest.mark.skipif(fs_tier._FAST_CRC32 is None,
+                                          reason="the system has no libdeflate")),
+]
+
+
+def crc_function(name: str | None) -> fs_tier._CFunction | None:
+    if name == "zlib":
+        return fs_tier._zlib_c_crc32()
+    if name == "libdeflate":
+        return fs_tier._c_crc32(fs_tier._FAST_CRC32)
+    return None
+
+
+@pytest.mark.parametrize("crc_name", CRC_FUNCTIONS)
+def test_a_batch_names_each_chunk_by_its_crc32(
+    tmp_path: Path, compiled: bool, crc_name: str | None
+) -> None:
+    """With a CRC-32 function, each file's final name is its prefix, the
+    CRC-32 of its bytes (zlib's, whichever library computes it) as 8 hex
+    digits, then the suffix; the result is that CRC-32."""
+    crc32 = crc_function(crc_name)
+    data = [payload(seed, CHUNK + seed) for seed in range(3)]
+    outcomes = _write_chunks(
+        [str(tmp_path / f"{i}.tmp") for i in range(3)], [str(tmp_path / f"{i}.") for i in range(3)],
+        data, [None] * 3, FsyncPolicy.NONE, False, crc32, compiled,
+    )
+    if crc32 is None:
+        assert outcomes == [0, 0, 0]
+        expected = [f"{i}.{CHUNK_SUFFIX}" for i in range(3)]
+    else:
+        assert outcomes == [zlib.crc32(d) for d in data]
+        expected = [f"{i}.{zlib.crc32(d):08x}{CHUNK_SUFFIX}" for i, d in enumerate(data)]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(expected)
+    for name, d in zip(expected, data):
+        assert (tmp_path / name).read_bytes() == bytes(d)
+
+
+def test_a_failed_item_fails_that_item_only(tmp_path: Path, compiled: bool) -> None:
+    """The middle item's temp name is taken (another writer's file) and the
+    last one's shard folder is missing: each fails with its own error; the
+    first is written all the same, the other writer's file is left alone."""
+    (tmp_path / "b.tmp").write_bytes(b"another writer's")
+    outcomes = _write_chunks(
+        [str(tmp_path / "a.tmp"), str(tmp_path / "b.tmp"), str(tmp_path / "shard" / "c.tmp")],
+        [str(tmp_path / "a"), str(tmp_path / "b"), str(tmp_path / "shard" / "c")],
+        [payload(1), payload(2), payload(3)], [None] * 3, FsyncPolicy.NONE, False, None,
+        compiled,
+    )
+    assert outcomes[0] == 0
+    assert isinstance(outcomes[1], FileExistsError)
+    assert isinstance(outcomes[2], FileNotFoundError)
+    assert (tmp_path / "a.kvc").read_bytes() == bytes(payload(1))
+    assert (tmp_path / "b.tmp").read_bytes() == b"another writer's"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.kvc", "b.tmp"]
+
+
+@compiled_only
+def test_a_batch_the_c_call_refuses_raises_and_writes_nothing(tmp_path: Path) -> None:
+    """Lists of different lengths or an unknown CRC-32 signature are refused
+    before any file is touched (the tier then fails every item)."""
+    write_chunks = fs_tier._COMPILED_IO[1]  # type: ignore[index]
+    with pytest.raises(ValueError, match="differ in length"):
+        write_chunks([str(tmp_path / "a.tmp")], [], CHUNK_SUFFIX, [payload(1)], [None], 0,
+                     False, 0, 0)
+    with pytest.raises(ValueError, match="crc_kind"):
+        write_chunks([str(tmp_path / "a.tmp")], [str(tmp_path / "a.")], CHUNK_SUFFIX,
+                     [payload(1)], [None], 0, False, 1, 7)
+    assert list(tmp_path.iterdir()) == []

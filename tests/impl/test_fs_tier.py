@@ -28,6 +28,7 @@ from kvoffload.impl.block import BlockStatus
 from kvoffload.spec.contract import LookupResult, OffloadingEvent, RequestOffloadingContext
 from kvoffload.spec.keys import OffloadKey, make_offload_key
 from kvoffload.spec.tier_contract import SecondaryTier, TierJob, TierJobResult
+from tests.fs_faults import per_item_writes
 
 CHUNK = 1024
 SLOTS = 16
@@ -179,7 +180,7 @@ def test_lookup_is_a_miss_until_the_store_completes(
     gates: list[Gate],
 ) -> None:
     tier = make_tier()
-    gate = Gate(monkeypatch, "_write_chunk")
+    gate = Gate(monkeypatch, "_write_chunks")
     gates.append(gate)
     store(tier, 1, [key(1)], [0])
     assert gate.entered.wait(10)
@@ -253,14 +254,11 @@ def test_a_failed_write_is_never_a_hit(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     tier = make_tier(capacity=2)
-    original = fs_tier._write_chunk
 
-    def fail_key_2(temp: str, final: str, *args: Any) -> None:
-        if key(2).hex() in final:
-            raise OSError("disk full")
-        original(temp, final, *args)
+    def fail_key_2(temp: str, prefix: str, *args: Any) -> OSError | None:
+        return OSError("disk full") if key(2).hex() in prefix else None
 
-    monkeypatch.setattr(fs_tier, "_write_chunk", fail_key_2)
+    monkeypatch.setattr(fs_tier, "_write_chunks", per_item_writes(fail_key_2))
     fill(primary, 0, 1)
     fill(primary, 1, 2)
     store(tier, 1, [key(1), key(2)], [0, 1])
@@ -285,7 +283,7 @@ def test_a_store_of_a_key_in_flight_shares_that_stores_fate(
         release.wait(20)
         raise OSError("device gone")
 
-    monkeypatch.setattr(fs_tier, "_write_chunk", slow_failure)
+    monkeypatch.setattr(fs_tier, "_write_chunks", slow_failure)
     store(tier, 1, [key(1)], [0])
     assert entered.wait(10)
     store(tier, 2, [key(1)], [3])
@@ -339,7 +337,7 @@ def test_eviction_spares_chunks_being_loaded_or_stored(
     store(tier, 3, [key(2)], [2])  # must evict key(1), not key(0)
     assert wait_until(lambda: hit(tier, key(2)))  # (job 2 holds drain_jobs)
     assert tier.stored_keys() == {key(0), key(2)}
-    write_gate = Gate(monkeypatch, "_write_chunk")
+    write_gate = Gate(monkeypatch, "_write_chunks")
     gates.append(write_gate)
     fill(primary, 3, 3)
     store(tier, 4, [key(3)], [3])  # evicts key(2); key(3)'s write is held
@@ -928,7 +926,7 @@ def test_a_job_runs_on_as_many_threads_as_it_has_items(
         store(tier, 1, keys, [0, 1, 2, 3])
         assert finished(tier) == {1: TierJobResult(1, True)}
     together = threading.Barrier(4, timeout=10)
-    name = "_read_chunks" if promotion else "_write_chunk"
+    name = "_read_chunks" if promotion else "_write_chunks"
     original = getattr(fs_tier, name)
 
     waited = threading.local()  # a store retries its shard's first write

@@ -27,6 +27,7 @@ from kvoffload.impl import fs_tier
 from kvoffload.spec.contract import LookupResult
 from kvoffload.spec.keys import OffloadKey, make_offload_key
 from kvoffload.spec.tier_contract import TierJob, TierJobResult
+from tests.fs_faults import per_item_writes
 
 CHUNK = 512
 SLOTS = 8
@@ -42,21 +43,20 @@ def pattern(seed: int) -> np.ndarray[Any, np.dtype[np.uint8]]:
     return np.random.default_rng(seed).integers(0, 256, CHUNK, dtype=np.uint8)
 
 
-def failing_writer(original: Any) -> Any:
-    def write(temp: str, final: str, payload: memoryview, *args: Any) -> None:
-        name = Path(final).name.split(".")[0]
-        if name in FAILING:
-            FAILING.discard(name)
-            recycled = args[2] if len(args) > 2 else None  # an evicted chunk's file
-            if recycled is not None:  # taken over as the temp file, as the real writer does
-                Path(recycled).rename(temp)
-            with open(temp, "r+b" if recycled else "wb") as half:  # torn, then the "crash"
-                half.write(payload[: len(payload) // 2])
-            Path(temp).unlink()
-            raise OSError("the write died midway")
-        original(temp, final, payload, *args)
-
-    return write
+def torn_write(temp: str, prefix: str, payload: memoryview, recycled: str | None) -> OSError | None:
+    """A write of a key in ``FAILING`` dies midway (once): half the chunk
+    written to its temp file, which the dying write then removes."""
+    name = Path(prefix).name.split(".")[0]
+    if name not in FAILING:
+        return None
+    FAILING.discard(name)
+    Path(temp).parent.mkdir(exist_ok=True)  # (the shard's first chunk)
+    if recycled is not None:  # taken over as the temp file, as the real writer does
+        Path(recycled).rename(temp)
+    with open(temp, "r+b" if recycled else "wb") as half:  # torn, then the "crash"
+        half.write(payload[: len(payload) // 2])
+    Path(temp).unlink()
+    return OSError("the write died midway")
 
 
 class FileTierMachine(RuleBasedStateMachine):
@@ -68,8 +68,8 @@ class FileTierMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         # every write goes through a writer that can die midway (restored in teardown)
-        self.real_writer = fs_tier._write_chunk
-        fs_tier._write_chunk = failing_writer(self.real_writer)
+        self.real_writer = fs_tier._write_chunks
+        fs_tier._write_chunks = per_item_writes(torn_write, self.real_writer)
         self.directory = Path(tempfile.mkdtemp(prefix="kvoffload-fs-machine-"))
         self.primary = np.zeros((SLOTS, CHUNK), dtype=np.uint8)
         self.tier = self.open()
@@ -219,7 +219,7 @@ class FileTierMachine(RuleBasedStateMachine):
 
     def teardown(self) -> None:
         self.tier.shutdown()
-        fs_tier._write_chunk = self.real_writer
+        fs_tier._write_chunks = self.real_writer
         shutil.rmtree(self.directory, ignore_errors=True)
 
 

@@ -41,7 +41,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from kvoffload.impl import fs_tier
-from kvoffload.impl.fs_tier import TEMP_SUFFIX, FileSystemTier, FsyncPolicy
+from kvoffload.impl.fs_tier import TEMP_SUFFIX, FileSystemTier
 from kvoffload.impl.manager import CPUOffloadingManager
 from kvoffload.impl.memtier import MemoryTier
 from kvoffload.impl.specs import CPULoadStoreSpec, GPULoadStoreSpec
@@ -53,6 +53,7 @@ from kvoffload.spec.contract import ReqContext
 from kvoffload.spec.keys import OffloadKey, make_offload_key
 from kvoffload.spec.lifecycle import PhaseKind
 from kvoffload.spec.tier_contract import TierJob, TierJobLike, TierJobResult
+from tests.fs_faults import per_item_writes
 from tests.worker.test_worker_integrity import FAIL_MODES, FlakyHandler
 from tests.worker.worker_helpers import HAS_CUDA, make_caches, pattern
 
@@ -546,36 +547,35 @@ class WitnessedFileTier(FileSystemTier):
 
 class WriteFaults:
     """The file tier's disk failing its next writes (installed in place of
-    ``fs_tier._write_chunk`` for one machine's life): ``"full"`` fails a
-    write before it touches a file (a full disk); ``"torn"`` leaves half of
-    the chunk in the write's temp file and fails, as a write whose clean-up
-    died with it would. The pool threads take the faults in turn."""
+    ``fs_tier._write_chunks`` for one machine's life, item by item):
+    ``"full"`` fails a write before it touches a file (a full disk);
+    ``"torn"`` leaves half of the chunk in the write's temp file and fails,
+    as a write whose clean-up died with it would. The pool threads take the
+    faults in turn."""
 
     def __init__(self) -> None:
-        self.real = fs_tier._write_chunk
+        self.real = fs_tier._write_chunks
         self.armed: list[str] = []
         self.lock = threading.Lock()
         self.failed = 0
-        fs_tier._write_chunk = self.write
+        fs_tier._write_chunks = per_item_writes(self.fault, self.real)
 
-    def write(self, temp_path: str, final_path: str, payload: memoryview,
-              fsync: FsyncPolicy, direct: bool, recycled: str | None = None,
-              compiled: bool = False) -> None:
+    def fault(self, temp: str, prefix: str, payload: memoryview,
+              recycled: str | None) -> OSError | None:
         with self.lock:
             fault = self.armed.pop(0) if self.armed else None
             if fault is not None:
                 self.failed += 1
         if fault is None:
-            self.real(temp_path, final_path, payload, fsync, direct, recycled, compiled)
-            return
+            return None
         if fault == "torn":
-            os.makedirs(os.path.dirname(temp_path), exist_ok=True)
-            with open(temp_path, "wb") as handle:
+            os.makedirs(os.path.dirname(temp), exist_ok=True)
+            with open(temp, "wb") as handle:
                 handle.write(payload[: len(payload) // 2])
-        raise OSError(errno.ENOSPC, f"no space left (injected, {fault})", temp_path)
+        return OSError(errno.ENOSPC, f"no space left (injected, {fault})", temp)
 
     def remove(self) -> None:
-        fs_tier._write_chunk = self.real
+        fs_tier._write_chunks = self.real
 
 
 class FileTierIntegrityMachine(TieredIntegrityMachine):
