@@ -228,9 +228,39 @@ static int fsync_directory_of(const char *path)
     return error;
 }
 
-/* The steps of fs_tier._write_chunk; returns 0, or fills `failure`. */
+/* CRC-32 functions a caller may name by address (crc_kind): both compute
+ * zlib's CRC-32, continued from `crc` (0 starts one) */
+#define CRC_NONE 0
+#define CRC_LIBDEFLATE 1 /* uint32_t libdeflate_crc32(uint32_t, const void *, size_t) */
+#define CRC_ZLIB 2       /* uLong crc32_z(uLong, const Bytef *, z_size_t) */
+typedef uint32_t (*libdeflate_crc_fn)(uint32_t, const void *, size_t);
+typedef unsigned long (*zlib_crc_fn)(unsigned long, const unsigned char *, size_t);
+
+static uint32_t crc_of(void *function, int kind, const char *data, Py_ssize_t len)
+{
+    if (kind == CRC_LIBDEFLATE)
+        return ((libdeflate_crc_fn)function)(0, data, (size_t)len);
+    return (uint32_t)((zlib_crc_fn)function)(0, (const unsigned char *)data, (size_t)len);
+}
+
+static const char HEX[] = "0123456789abcdef";
+
+/* A store's CRC-32, computed once its temp file is open (a write that
+ * fails to open, as into a shard with no folder yet, computes none, so
+ * its retry does not compute it twice), written as 8 hex digits into the
+ * final path at `digits` */
+struct crc_request {
+    void *function;
+    int kind;
+    char *digits;
+    uint32_t value;
+};
+
+/* The steps of fs_tier._write_chunk, the CRC-32 (when `crc` is not NULL)
+ * computed between the open and the write; returns 0, or fills `failure`. */
 static int write_one(const char *temp, const char *final, const char *data, Py_ssize_t len,
-                     int fsync_mode, int direct, const char *recycled, struct failure *failure)
+                     int fsync_mode, int direct, const char *recycled, struct crc_request *crc,
+                     struct failure *failure)
 {
     int direct_flag = direct ? O_DIRECT : 0;
     int fd = -1;
@@ -257,6 +287,11 @@ static int write_one(const char *temp, const char *final, const char *data, Py_s
             failure->path = ON_TEMP;
             return -1;
         }
+    }
+    if (crc != NULL) {
+        crc->value = crc_of(crc->function, crc->kind, data, len);
+        for (int d = 0; d < 8; d++)
+            crc->digits[d] = HEX[(crc->value >> (28 - 4 * d)) & 0xf];
     }
     int error = 0;
     if (recycled != NULL) {
@@ -290,23 +325,6 @@ static int write_one(const char *temp, const char *final, const char *data, Py_s
     }
     return 0;
 }
-
-/* CRC-32 functions a caller may name by address (crc_kind): both compute
- * zlib's CRC-32, continued from `crc` (0 starts one) */
-#define CRC_NONE 0
-#define CRC_LIBDEFLATE 1 /* uint32_t libdeflate_crc32(uint32_t, const void *, size_t) */
-#define CRC_ZLIB 2       /* uLong crc32_z(uLong, const Bytef *, z_size_t) */
-typedef uint32_t (*libdeflate_crc_fn)(uint32_t, const void *, size_t);
-typedef unsigned long (*zlib_crc_fn)(unsigned long, const unsigned char *, size_t);
-
-static uint32_t crc_of(void *function, int kind, const char *data, Py_ssize_t len)
-{
-    if (kind == CRC_LIBDEFLATE)
-        return ((libdeflate_crc_fn)function)(0, data, (size_t)len);
-    return (uint32_t)((zlib_crc_fn)function)(0, (const unsigned char *)data, (size_t)len);
-}
-
-static const char HEX[] = "0123456789abcdef";
 
 PyDoc_STRVAR(write_chunks_doc,
 "write_chunks(temps, prefixes, suffix, payloads, recycled, fsync, direct,\n"
@@ -399,19 +417,15 @@ static PyObject *write_chunks(PyObject *self, PyObject *args)
     }
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < n; i++) {
-        uint32_t crc = 0;
-        if (crc_function != NULL) {
-            crc = crc_of(crc_function, crc_kind, views[i].buf, views[i].len);
-            char *at = finals[i] + PyBytes_GET_SIZE(prefix_names[i]);
-            for (int d = 0; d < 8; d++)
-                at[d] = HEX[(crc >> (28 - 4 * d)) & 0xf];
-        }
+        struct crc_request crc = {crc_function, crc_kind,
+                                  finals[i] + PyBytes_GET_SIZE(prefix_names[i]), 0};
         struct failure failure = {0, ON_TEMP};
         const char *recycled = recycled_names[i] ? PyBytes_AS_STRING(recycled_names[i]) : NULL;
         if (write_one(PyBytes_AS_STRING(temp_names[i]), finals[i], views[i].buf, views[i].len,
-                      fsync_mode, direct, recycled, &failure)
+                      fsync_mode, direct, recycled, crc_function != NULL ? &crc : NULL,
+                      &failure)
             == 0)
-            outcomes[i] = crc;
+            outcomes[i] = crc.value;
         else
             outcomes[i] = -(long long)(failure.error ? failure.error : EIO);
     }

@@ -6,6 +6,7 @@ build) through the seams the tier calls, ``_read_chunks`` and
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import mmap
 import os
@@ -261,3 +262,35 @@ def test_a_batch_the_c_call_refuses_raises_and_writes_nothing(tmp_path: Path) ->
         write_chunks([str(tmp_path / "a.tmp")], [str(tmp_path / "a.")], CHUNK_SUFFIX,
                      [payload(1)], [None], 0, False, 1, 7)
     assert list(tmp_path.iterdir()) == []
+
+
+@compiled_only
+def test_the_c_crc32_runs_once_per_opened_write(tmp_path: Path) -> None:
+    """The C call computes an item's CRC-32 once its temp file is open: an
+    item whose shard folder is missing costs no CRC-32, so its retry (once
+    the tier made the folder) computes it once in all. A counting CRC-32
+    function (a ctypes callback with libdeflate's signature) tells."""
+    calls: list[int] = []
+
+    def count(crc: int, address: int, length: int) -> int:
+        calls.append(length)
+        return zlib.crc32(ctypes.string_at(address, length), crc)
+
+    signature = ctypes.CFUNCTYPE(ctypes.c_uint32, ctypes.c_uint32, ctypes.c_void_p,
+                                 ctypes.c_size_t)
+    counting = signature(count)
+    crc32 = fs_tier._CFunction(ctypes.cast(counting, ctypes.c_void_p).value or 0,
+                               fs_tier._CRC_LIBDEFLATE)
+    temps = [str(tmp_path / "a.tmp"), str(tmp_path / "shard" / "b.tmp")]
+    prefixes = [str(tmp_path / "a."), str(tmp_path / "shard" / "b.")]
+    data = [payload(1), payload(2)]
+    first = _write_chunks(temps, prefixes, data, [None, None], FsyncPolicy.NONE, False, crc32,
+                          True)
+    assert first[0] == zlib.crc32(data[0]) and isinstance(first[1], FileNotFoundError)
+    assert calls == [CHUNK]
+    (tmp_path / "shard").mkdir()
+    again = _write_chunks(temps[1:], prefixes[1:], data[1:], [None], FsyncPolicy.NONE, False,
+                          crc32, True)
+    assert again == [zlib.crc32(data[1])]
+    assert calls == [CHUNK, CHUNK]
+    assert (tmp_path / "shard" / f"b.{zlib.crc32(data[1]):08x}{CHUNK_SUFFIX}").exists()
