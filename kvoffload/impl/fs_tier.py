@@ -136,6 +136,15 @@ class FsyncPolicy(enum.Enum):
 
 
 _FSYNC_CODE = {FsyncPolicy.NONE: 0, FsyncPolicy.CHUNK: 1, FsyncPolicy.FULL: 2}
+
+STORE_BATCH_BYTES = 1 << 20
+"""The most bytes a pool thread writes in one batch of store items (at
+least one item): batching amortizes a call's fixed cost (the interpreter
+lock's hand-offs, the bookkeeping) over small chunks, while a chunk this
+large costs far more than the call, and a second one in the same batch
+would only wait for the first where another thread could write it (on 16
+CPUs, 1 MiB stores into tmpfs ran at 0.78-0.80x the rate of one item per
+call when threads took batches of 2-4; docs/PERFORMANCE.md)."""
 """The C chunk I/O's code for each :class:`FsyncPolicy`."""
 
 
@@ -1110,12 +1119,15 @@ class FileSystemTier:
             else:
                 self._run_stores(entry, batch, recycled, doomed)
 
-    def _take_share(self, entry: _Job, queued: int) -> list[_Item]:
+    def _take_share(self, entry: _Job, queued: int, most: int | None = None) -> list[_Item]:
         """The next items of ``entry`` for one pool thread (lock held): its
         share of the ``queued`` items of ``entry``'s queue, so that a thread
         takes a whole job when many are queued (fewer hand-offs, one C call)
-        and the threads split a lone job."""
+        and the threads split a lone job; at most ``most`` items, at least
+        one."""
         share = -(-queued // self.num_threads)
+        if most is not None:
+            share = min(share, most)
         start = entry.next_item
         end = min(len(entry.items), start + max(1, share))
         entry.next_item = end
@@ -1128,13 +1140,15 @@ class FileSystemTier:
         return batch
 
     def _take_stores(self, entry: _Job) -> tuple[list[_Item], list[str | None], list[str]]:
-        """:meth:`_take_share` of cascade ``entry``, the evicted chunks'
-        files its items overwrite (None: a new file), and the files to
+        """:meth:`_take_share` of cascade ``entry`` (at most
+        :data:`STORE_BATCH_BYTES`), the evicted chunks' files its items overwrite (None: a new file), and the files to
         remove before they are written. Each store item recycles one of the
         files of the chunks its job evicted (a job evicts at most one chunk
         per item); without recycling they are all removed before the job's
         first write."""
-        batch = self._take_share(entry, self._queued_stores)
+        batch = self._take_share(
+            entry, self._queued_stores, STORE_BATCH_BYTES // self.chunk_bytes
+        )
         self._queued_stores -= len(batch)
         doomed = entry.doomed
         if not (doomed and self._recycle):

@@ -295,6 +295,43 @@ def test_a_store_of_a_key_in_flight_shares_that_stores_fate(
     assert not hit(tier, key(1))
 
 
+def test_a_pool_thread_writes_queued_store_items_in_batches_of_bounded_bytes(
+    make_tier: Callable[..., FileSystemTier],
+    primary: Primary,
+    monkeypatch: pytest.MonkeyPatch,
+    gates: list[Gate],
+) -> None:
+    """With items queued, a pool thread takes several store items per call
+    of ``_write_chunks``, but never more than ``STORE_BATCH_BYTES`` of them
+    (here two chunks): one thread, held in its first write while a job of
+    five keys queues, then writes them two, two and one."""
+    monkeypatch.setattr(fs_tier, "STORE_BATCH_BYTES", 2 * CHUNK)
+    tier = make_tier(capacity=8, num_threads=1)
+    batches: list[int] = []
+    real = fs_tier._write_chunks
+
+    def counted(temps: list[str], *args: Any) -> Any:
+        batches.append(len(temps))
+        return real(temps, *args)
+
+    monkeypatch.setattr(fs_tier, "_write_chunks", counted)
+    for i in range(6):
+        fill(primary, i, i)
+    (tier.directory / "chunks").mkdir(exist_ok=True)
+    for i in range(6):  # every shard folder there: no write is retried
+        (tier.directory / "chunks" / key(i).hex()[:2]).mkdir(exist_ok=True)
+    gate = Gate(monkeypatch, "_write_chunks")
+    gates.append(gate)
+    store(tier, 1, [key(0)], [0])
+    assert gate.entered.wait(10)
+    store(tier, 2, [key(i) for i in range(1, 6)], [1, 2, 3, 4, 5])
+    gate.release.set()
+    assert finished(tier) == {1: TierJobResult(1, True), 2: TierJobResult(2, True)}
+    assert batches == [1, 2, 2, 1]
+    for i in range(6):
+        assert hit(tier, key(i))
+
+
 # --- capacity and eviction -----------------------------------------------------
 
 
