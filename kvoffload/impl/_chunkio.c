@@ -245,9 +245,32 @@ static uint32_t crc_of(void *function, int kind, const char *data, Py_ssize_t le
 
 static const char HEX[] = "0123456789abcdef";
 
+/* Make the folder `path` is in (one level: its parent must exist), as
+ * fs_tier._write_chunk does; 0 when it is there now, else -1 (errno set). */
+static int make_folder_of(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    if (slash == NULL || slash == path) {
+        errno = ENOENT;
+        return -1;
+    }
+    char *folder = strndup(path, (size_t)(slash - path));
+    if (folder == NULL) {
+        errno = ENOMEM;
+        return -1;
+    }
+    int made = mkdir(folder, 0777);
+    int error = made < 0 && errno != EEXIST ? errno : 0;
+    free(folder);
+    if (error != 0) {
+        errno = error;
+        return -1;
+    }
+    return 0;
+}
+
 /* A store's CRC-32, computed once its temp file is open (a write that
- * fails to open, as into a shard with no folder yet, computes none, so
- * its retry does not compute it twice), written as 8 hex digits into the
+ * cannot open its file computes none), written as 8 hex digits into the
  * final path at `digits` */
 struct crc_request {
     void *function;
@@ -265,7 +288,14 @@ static int write_one(const char *temp, const char *final, const char *data, Py_s
     int direct_flag = direct ? O_DIRECT : 0;
     int fd = -1;
     if (recycled != NULL) {
-        if (rename(recycled, temp) == 0) {
+        int moved = rename(recycled, temp);
+        if (moved < 0 && errno == ENOENT) { /* recycled gone, or no folder for temp yet */
+            if (make_folder_of(temp) == 0)
+                moved = rename(recycled, temp);
+            else
+                errno = ENOENT;
+        }
+        if (moved == 0) {
             fd = open_retrying(temp, O_WRONLY | O_CLOEXEC | direct_flag, 0);
             if (fd < 0 && errno != ENOENT) {
                 failure->error = errno;
@@ -281,7 +311,14 @@ static int write_one(const char *temp, const char *final, const char *data, Py_s
         }
     }
     if (fd < 0) { /* no recycled file, or it vanished: a new file */
-        fd = open_retrying(temp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | direct_flag, 0644);
+        int create = O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | direct_flag;
+        fd = open_retrying(temp, create, 0644);
+        if (fd < 0 && errno == ENOENT) { /* the shard's first chunk: its folder */
+            if (make_folder_of(temp) == 0)
+                fd = open_retrying(temp, create, 0644);
+            else
+                errno = ENOENT; /* the open's error, as the Python writer raises */
+        }
         if (fd < 0) {
             failure->error = errno;
             failure->path = ON_TEMP;
@@ -339,7 +376,8 @@ PyDoc_STRVAR(write_chunks_doc,
 "computing zlib's CRC-32 and `crc_kind` its signature: 1 libdeflate's\n"
 "libdeflate_crc32, 2 zlib's crc32_z. Each item of the result is the CRC-32\n"
 "(0 without `crc_function`) or -errno for a failed write (-EIO for one\n"
-"that made no progress), which leaves no temp file behind.");
+"that made no progress), which leaves no temp file behind. A temp file's\n"
+"missing folder is made (one level: a shard's first chunk).");
 
 static PyObject *write_chunks(PyObject *self, PyObject *args)
 {

@@ -36,9 +36,11 @@ never enter concurrently, but completions arrive from pool threads.
 
 In the compiled build a pool thread's file I/O runs in C
 (:mod:`kvoffload.impl._chunkio`) with the interpreter lock released once per
-batch of loads and once per store, instead of once per system call; the
-Python functions below are the same steps and run where it is not built
-(``compiled_io``, :attr:`FileSystemTier.io_source`).
+batch of loads or of stores (a thread's share of a job's items; stores at
+most :data:`STORE_BATCH_BYTES`), instead of once per system call, and a
+store's CRC-32 computed in the same call; the Python functions below are
+the same steps and run where it is not built (``compiled_io``,
+:attr:`FileSystemTier.io_source`).
 """
 
 from __future__ import annotations
@@ -163,6 +165,18 @@ def _advance(buffers: list[memoryview], done: int) -> list[memoryview]:
     return rest
 
 
+def _make_folder_of(path: str) -> bool:
+    """Make the folder ``path`` is in (one level: its parent must exist);
+    whether it is there now."""
+    try:
+        os.mkdir(os.path.dirname(path))
+    except FileExistsError:
+        return True
+    except OSError:
+        return False
+    return True
+
+
 def _write_chunk(
     temp_path: str,
     final_path: str,
@@ -180,13 +194,20 @@ def _write_chunk(
     old bytes are never readable under ``final_path``: the rename to it comes
     only after the whole payload is written (and the file cut to its length);
     a crash before leaves a temp file. When ``recycled`` is gone, a new file
-    is created. (:func:`_write_chunks` runs a batch of these, in C where the
-    build has it.)"""
+    is created. The folder of ``temp_path`` is made when it is missing (one
+    level: a shard's first chunk), before the recycled file is moved into it
+    or the new file is created there. (:func:`_write_chunks` runs a batch of
+    these, in C where the build has it.)"""
     direct_flag = _O_DIRECT if direct else 0
     fd = -1
     if recycled is not None:
         try:
-            os.rename(recycled, temp_path)
+            try:
+                os.rename(recycled, temp_path)
+            except FileNotFoundError:  # recycled gone, or no folder for temp_path yet
+                if not _make_folder_of(temp_path):
+                    raise
+                os.rename(recycled, temp_path)
             fd = os.open(temp_path, os.O_WRONLY | direct_flag)
         except FileNotFoundError:
             fd = -1
@@ -195,7 +216,13 @@ def _write_chunk(
                 os.unlink(temp_path)
             raise
     if fd < 0:
-        fd = os.open(temp_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | direct_flag, 0o644)
+        create = os.O_WRONLY | os.O_CREAT | os.O_EXCL | direct_flag
+        try:
+            fd = os.open(temp_path, create, 0o644)
+        except FileNotFoundError as missing:  # the shard's first chunk: its folder
+            if not _make_folder_of(temp_path):
+                raise missing from None
+            fd = os.open(temp_path, create, 0o644)
     try:
         try:
             if recycled is not None and os.fstat(fd).st_size > len(payload):
@@ -335,11 +362,6 @@ def _write_chunks(
         except OSError as error:
             results.append(error)
     return results
-
-
-def _no_folder(outcome: int | Exception) -> bool:
-    """Whether a write failed because its folder is missing."""
-    return isinstance(outcome, FileNotFoundError)
 
 
 _ReadChunks = Callable[[Sequence[str], Sequence[memoryview], memoryview, bool], list[int]]
@@ -610,7 +632,7 @@ class FileSystemTier:
       length, which only the CRC catches. :attr:`recycles_files` says
       whether files are recycled.
     - ``compiled_io`` (True): do a pool thread's file I/O in C, the
-      interpreter lock released once per batch of loads and once per store
+      interpreter lock released once per batch of loads or of stores
       (a system call made from Python gives it up and takes it back, and
       the pool threads and the scheduler's thread share it). Only the
       compiled build has it (:data:`COMPILED_IO`); elsewhere, and with
@@ -1247,32 +1269,16 @@ class FileSystemTier:
         payloads: list[memoryview],
         recycled: list[str | None],
         crc32: _CFunction | None,
-    ) -> list[int | Exception]:
-        """:func:`_write_chunks` with this tier's settings; an item whose
-        shard has no folder yet (its first chunk) is written again once the
-        folder is made. An error of the call itself fails every item."""
-        outcomes: list[int | Exception] = []
+    ) -> list[int | OSError] | list[Exception]:
+        """:func:`_write_chunks` with this tier's settings; an error of the
+        call itself (out of memory) fails every item."""
         try:
-            outcomes.extend(
-                _write_chunks(
-                    temps, prefixes, payloads, recycled, self._fsync, self.direct_io, crc32,
-                    self._compiled_io,
-                )
+            return _write_chunks(
+                temps, prefixes, payloads, recycled, self._fsync, self.direct_io, crc32,
+                self._compiled_io,
             )
-            again = [i for i, outcome in enumerate(outcomes) if _no_folder(outcome)]
-            if again:
-                for folder in {os.path.dirname(temps[i]) for i in again}:
-                    os.makedirs(folder, exist_ok=True)
-                retried = _write_chunks(
-                    [temps[i] for i in again], [prefixes[i] for i in again],
-                    [payloads[i] for i in again], [recycled[i] for i in again],
-                    self._fsync, self.direct_io, crc32, self._compiled_io,
-                )
-                for i, outcome in zip(again, retried):
-                    outcomes[i] = outcome
-        except Exception as error:  # (out of memory, a folder that cannot be made)
-            outcomes = [error] * len(temps)
-        return outcomes
+        except Exception as error:
+            return [error] * len(temps)
 
     def _loaded(self, item: _Item, payload: memoryview, read: int | Exception) -> bool:
         """Whether ``item``'s file made it whole into its primary slot

@@ -130,10 +130,36 @@ def test_a_vanished_recycled_file_is_replaced_by_a_new_one(tmp_path: Path, compi
     assert final.read_bytes() == bytes(payload(1))
 
 
-def test_a_missing_folder_is_a_file_not_found_error(tmp_path: Path, compiled: bool) -> None:
+def test_a_missing_shard_folder_is_made(tmp_path: Path, compiled: bool) -> None:
+    final = write(tmp_path / "shard", compiled)
+    assert final.read_bytes() == bytes(payload(1))
+    assert sorted(p.name for p in (tmp_path / "shard").iterdir()) == ["c.kvc"]
+
+
+def test_a_recycled_file_is_moved_into_a_shard_with_no_folder_yet(
+    tmp_path: Path, compiled: bool
+) -> None:
+    """Regression (found by the file-tier state machine): the rename of the
+    recycled file into a missing shard folder failed like a vanished
+    recycled file, so a new file was written and the evicted chunk's file
+    was left behind, to come back when the tier was reopened."""
+    old = tmp_path / "old.kvc"
+    old.write_bytes(bytes(payload(9)))
+    final = write(tmp_path / "shard", compiled, recycled=old)
+    assert final.read_bytes() == bytes(payload(1))
+    assert not old.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["shard"]
+
+
+def test_a_missing_folder_above_the_shard_is_a_file_not_found_error(
+    tmp_path: Path, compiled: bool
+) -> None:
+    """One level is made, not more: a tier whose chunk folder is gone fails
+    its writes rather than making the tier's directory again."""
     with pytest.raises(FileNotFoundError) as raised:
-        write(tmp_path / "shard", compiled)
-    assert raised.value.filename == str(tmp_path / "shard" / "c.tmp")
+        write(tmp_path / "gone" / "shard", compiled)
+    assert raised.value.filename == str(tmp_path / "gone" / "shard" / "c.tmp")
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_a_temp_name_in_use_is_left_alone(tmp_path: Path, compiled: bool) -> None:
@@ -233,12 +259,14 @@ def test_a_batch_names_each_chunk_by_its_crc32(
 
 def test_a_failed_item_fails_that_item_only(tmp_path: Path, compiled: bool) -> None:
     """The middle item's temp name is taken (another writer's file) and the
-    last one's shard folder is missing: each fails with its own error; the
-    first is written all the same, the other writer's file is left alone."""
+    last one's folder is missing two levels deep: each fails with its own
+    error; the first is written all the same, the other writer's file is
+    left alone."""
     (tmp_path / "b.tmp").write_bytes(b"another writer's")
+    gone = tmp_path / "gone" / "shard"
     outcomes = _write_chunks(
-        [str(tmp_path / "a.tmp"), str(tmp_path / "b.tmp"), str(tmp_path / "shard" / "c.tmp")],
-        [str(tmp_path / "a"), str(tmp_path / "b"), str(tmp_path / "shard" / "c")],
+        [str(tmp_path / "a.tmp"), str(tmp_path / "b.tmp"), str(gone / "c.tmp")],
+        [str(tmp_path / "a"), str(tmp_path / "b"), str(gone / "c")],
         [payload(1), payload(2), payload(3)], [None] * 3, FsyncPolicy.NONE, False, None,
         compiled,
     )
@@ -267,8 +295,8 @@ def test_a_batch_the_c_call_refuses_raises_and_writes_nothing(tmp_path: Path) ->
 @compiled_only
 def test_the_c_crc32_runs_once_per_opened_write(tmp_path: Path) -> None:
     """The C call computes an item's CRC-32 once its temp file is open: an
-    item whose shard folder is missing costs no CRC-32, so its retry (once
-    the tier made the folder) computes it once in all. A counting CRC-32
+    item whose file cannot be created (its folder is missing two levels
+    deep) costs no CRC-32, and a written item costs one. A counting CRC-32
     function (a ctypes callback with libdeflate's signature) tells."""
     calls: list[int] = []
 
@@ -281,16 +309,16 @@ def test_the_c_crc32_runs_once_per_opened_write(tmp_path: Path) -> None:
     counting = signature(count)
     crc32 = fs_tier._CFunction(ctypes.cast(counting, ctypes.c_void_p).value or 0,
                                fs_tier._CRC_LIBDEFLATE)
-    temps = [str(tmp_path / "a.tmp"), str(tmp_path / "shard" / "b.tmp")]
-    prefixes = [str(tmp_path / "a."), str(tmp_path / "shard" / "b.")]
+    temps = [str(tmp_path / "a.tmp"), str(tmp_path / "gone" / "shard" / "b.tmp")]
+    prefixes = [str(tmp_path / "a."), str(tmp_path / "gone" / "shard" / "b.")]
     data = [payload(1), payload(2)]
     first = _write_chunks(temps, prefixes, data, [None, None], FsyncPolicy.NONE, False, crc32,
                           True)
     assert first[0] == zlib.crc32(data[0]) and isinstance(first[1], FileNotFoundError)
     assert calls == [CHUNK]
-    (tmp_path / "shard").mkdir()
+    (tmp_path / "gone").mkdir()
     again = _write_chunks(temps[1:], prefixes[1:], data[1:], [None], FsyncPolicy.NONE, False,
                           crc32, True)
     assert again == [zlib.crc32(data[1])]
     assert calls == [CHUNK, CHUNK]
-    assert (tmp_path / "shard" / f"b.{zlib.crc32(data[1]):08x}{CHUNK_SUFFIX}").exists()
+    assert (tmp_path / "gone" / "shard" / f"b.{zlib.crc32(data[1]):08x}{CHUNK_SUFFIX}").exists()

@@ -295,6 +295,27 @@ def test_a_store_of_a_key_in_flight_shares_that_stores_fate(
     assert not hit(tier, key(1))
 
 
+def test_an_evicted_chunks_file_recycled_into_a_new_shard_is_not_left_behind(
+    make_tier: Callable[..., FileSystemTier], primary: Primary, tmp_path: Path
+) -> None:
+    """Regression (the file-tier state machine, pure build): a store that
+    recycled an evicted chunk's file into a shard with no folder yet wrote
+    a new file and left the evicted one, which a reopened tier took back."""
+    first, second = (make_offload_key(bytes([b]) * 16, 0) for b in (0x11, 0x22))
+    tier = make_tier(capacity=1)
+    fill(primary, 0, 0)
+    fill(primary, 1, 1)
+    store(tier, 1, [first], [0])
+    assert finished(tier) == {1: TierJobResult(1, True)}
+    store(tier, 2, [second], [1])  # evicts first; its file becomes second's
+    assert finished(tier) == {2: TierJobResult(2, True)}
+    files = [p for p in (tier.directory / "chunks").rglob("*") if p.is_file()]
+    assert files == [tier.path_of(second)]
+    assert files[0].parent.name == "22"
+    tier.shutdown()
+    assert make_tier(capacity=1).stored_keys() == {second}
+
+
 def test_a_pool_thread_writes_queued_store_items_in_batches_of_bounded_bytes(
     make_tier: Callable[..., FileSystemTier],
     primary: Primary,
@@ -317,9 +338,6 @@ def test_a_pool_thread_writes_queued_store_items_in_batches_of_bounded_bytes(
     monkeypatch.setattr(fs_tier, "_write_chunks", counted)
     for i in range(6):
         fill(primary, i, i)
-    (tier.directory / "chunks").mkdir(exist_ok=True)
-    for i in range(6):  # every shard folder there: no write is retried
-        (tier.directory / "chunks" / key(i).hex()[:2]).mkdir(exist_ok=True)
     gate = Gate(monkeypatch, "_write_chunks")
     gates.append(gate)
     store(tier, 1, [key(0)], [0])
