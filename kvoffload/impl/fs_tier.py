@@ -145,7 +145,7 @@ least one item): batching amortizes a call's fixed cost (the interpreter
 lock's hand-offs, the bookkeeping) over small chunks, while a chunk this
 large costs far more than the call, and a second one in the same batch
 would only wait for the first where another thread could write it (on 16
-CPUs, 1 MiB stores into tmpfs ran at 0.78-0.80x the rate of one item per
+CPUs, 1 MiB stores into tmpfs ran at 0.78-0.79x the rate of one item per
 call when threads took batches of 2-4; docs/PERFORMANCE.md)."""
 """The C chunk I/O's code for each :class:`FsyncPolicy`."""
 
@@ -321,6 +321,8 @@ _CRC_LIBDEFLATE = 1
 """``uint32_t libdeflate_crc32(uint32_t crc, const void *data, size_t len)``"""
 _CRC_ZLIB = 2
 """``uLong crc32_z(uLong crc, const Bytef *data, z_size_t len)`` (zlib >= 1.2.9)"""
+_CRC_CLMUL = 3
+"""The C I/O's own CRC-32 (``_chunkio.crc32``; no address)"""
 
 
 def _write_chunks(
@@ -386,6 +388,22 @@ COMPILED_IO: bool = _COMPILED_IO is not None
 """Whether this build has the C chunk I/O (:mod:`kvoffload.impl._chunkio`)."""
 
 
+def _load_clmul_crc32() -> Callable[[memoryview], int] | None:
+    """The C I/O's CRC-32 where it runs by carry-less multiplication (the
+    compiled build, an x86-64 CPU with PCLMULQDQ), else None."""
+    try:
+        from kvoffload.impl import _chunkio
+    except ImportError:
+        return None
+    if not _chunkio.clmul_crc32():
+        return None
+    crc32: Callable[[memoryview], int] = _chunkio.crc32
+    return crc32
+
+
+_CLMUL_CRC32 = _load_clmul_crc32()
+
+
 def _probe_direct_io(directory: Path) -> bool:
     """Whether ``O_DIRECT`` writes and reads work in ``directory``."""
     if not _O_DIRECT:
@@ -444,9 +462,17 @@ def _libdeflate_crc32() -> _Crc32At | None:
 
 
 _FAST_CRC32: _Crc32At | None = _libdeflate_crc32()
-CRC32_SOURCE = "zlib" if _FAST_CRC32 is None else "libdeflate"
-"""Which library computes the chunks' CRC-32: ``"libdeflate"`` where the
-system has it, else ``"zlib"``. Both give the same values."""
+
+
+def _crc32_source(fast: _Crc32At | None, clmul: Callable[[memoryview], int] | None) -> str:
+    return "libdeflate" if fast is not None else "pclmul" if clmul is not None else "zlib"
+
+
+CRC32_SOURCE = _crc32_source(_FAST_CRC32, _CLMUL_CRC32)
+"""What computes the chunks' CRC-32: ``"libdeflate"`` where the system has
+it; else ``"pclmul"``, the compiled build's own by carry-less
+multiplication (x86-64 CPUs with PCLMULQDQ: several times zlib's speed);
+else ``"zlib"``. All give the same values."""
 
 
 def _zlib_c_crc32() -> _CFunction | None:
@@ -479,12 +505,17 @@ def _function_address(function: object) -> int:
     return int(address)
 
 
-def _c_crc32(crc32_at: _Crc32At | None) -> _CFunction | None:
-    """The C function that computes what ``crc32_at`` (libdeflate's, or
-    None for zlib) computes, for the C chunk I/O; None when there is none
-    (the CRC-32 is then computed before the C call)."""
+def _c_crc32(
+    crc32_at: _Crc32At | None, clmul: Callable[[memoryview], int] | None = None
+) -> _CFunction | None:
+    """What the C chunk I/O calls to compute the CRC-32 that ``crc32_at``
+    (libdeflate's) or else ``clmul`` (its own) or else zlib computes; None
+    when there is nothing it can call (the CRC-32 is then computed before
+    the C call)."""
     if crc32_at is not None:
         return _CFunction(_function_address(crc32_at), _CRC_LIBDEFLATE)
+    if clmul is not None:
+        return _CFunction(0, _CRC_CLMUL)
     return _ZLIB_C_CRC32
 
 
@@ -599,14 +630,16 @@ class FileSystemTier:
       stored or loaded are never evicted.
     - ``num_threads``: pool threads doing the copies, checksums and file
       I/O (default :data:`DEFAULT_THREADS`, 32; the count bounds the I/Os
-      in flight). A thread takes its share of the queued load items at
-      once (a whole job when many are queued), store items one by one.
+      in flight). A thread takes its share of the queued items of a job
+      at once (a whole job when many are queued; store items at most
+      :data:`STORE_BATCH_BYTES` of them).
     - ``fsync`` (``"none"``): see :class:`FsyncPolicy`.
     - ``checksum`` (True): record a CRC-32 of each chunk (in its file
       name) and verify it on load (see ``verify_loads``). Without it a load
-      checks the length only. :attr:`crc32_source` says which library
-      computes it (libdeflate where the system has it, else zlib; the same
-      values).
+      checks the length only. :attr:`crc32_source` says what computes it
+      (:data:`CRC32_SOURCE`: libdeflate where the system has it, else the
+      compiled build's own on CPUs with carry-less multiplication, else
+      zlib; the same values).
     - ``verify_loads`` (``"reopened"``): which loads verify the CRC-32.
       ``"reopened"``: the chunks found when the directory was opened, on
       their first load (a chunk that verified is trusted afterwards). They
@@ -704,12 +737,15 @@ class FileSystemTier:
         self._checksum = checksum
         self.verify_loads: str = verify_loads
         self._verify_always = verify_loads == "always"
-        self.crc32_source: str = CRC32_SOURCE
         self._compiled_io = compiled_io and COMPILED_IO
         self.io_source: str = "compiled" if self._compiled_io else "python"
         self._crc32_at = _FAST_CRC32
+        self._clmul = _CLMUL_CRC32 if _FAST_CRC32 is None else None
+        self.crc32_source: str = _crc32_source(self._crc32_at, self._clmul)
         # the C I/O computes a store's CRC-32 itself when it can call one
-        self._c_crc32 = _c_crc32(self._crc32_at) if self._compiled_io and checksum else None
+        self._c_crc32 = (
+            _c_crc32(self._crc32_at, self._clmul) if self._compiled_io and checksum else None
+        )
         self.spreads_shards = False
         # recycling needs the checksum: after a power loss a recycled file
         # whose new bytes never reached the disk holds the evicted chunk's
@@ -1227,9 +1263,11 @@ class FileSystemTier:
     def _crc32(self, chunk_id: int, payload: memoryview) -> int:
         """The CRC-32 of primary slot ``chunk_id`` (``payload``, its view)."""
         crc32_at = self._crc32_at
-        if crc32_at is None:
-            return zlib.crc32(payload)
-        return crc32_at(0, self._base_address + chunk_id * self.chunk_bytes, len(payload))
+        if crc32_at is not None:
+            return crc32_at(0, self._base_address + chunk_id * self.chunk_bytes, len(payload))
+        if self._clmul is not None:
+            return self._clmul(payload)
+        return zlib.crc32(payload)
 
     def _store(self, batch: list[_Item], recycled: list[str | None]) -> list[str | None]:
         """Copy each item's primary slot into its file (pool thread),

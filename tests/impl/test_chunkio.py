@@ -222,6 +222,9 @@ CRC_FUNCTIONS = [
     pytest.param("libdeflate", id="libdeflate",
                  marks=pytest.mark.skipif(fs_tier._FAST_CRC32 is None,
                                           reason="the system has no libdeflate")),
+    pytest.param("pclmul", id="pclmul",
+                 marks=pytest.mark.skipif(fs_tier._CLMUL_CRC32 is None,
+                                          reason="no carry-less multiplication CRC-32 here")),
 ]
 
 
@@ -230,6 +233,8 @@ def crc_function(name: str | None) -> fs_tier._CFunction | None:
         return fs_tier._zlib_c_crc32()
     if name == "libdeflate":
         return fs_tier._c_crc32(fs_tier._FAST_CRC32)
+    if name == "pclmul":
+        return fs_tier._c_crc32(None, fs_tier._CLMUL_CRC32)
     return None
 
 
@@ -289,6 +294,9 @@ def test_a_batch_the_c_call_refuses_raises_and_writes_nothing(tmp_path: Path) ->
     with pytest.raises(ValueError, match="crc_kind"):
         write_chunks([str(tmp_path / "a.tmp")], [str(tmp_path / "a.")], CHUNK_SUFFIX,
                      [payload(1)], [None], 0, False, 1, 7)
+    with pytest.raises(ValueError, match="need a crc_function"):
+        write_chunks([str(tmp_path / "a.tmp")], [str(tmp_path / "a.")], CHUNK_SUFFIX,
+                     [payload(1)], [None], 0, False, 0, 1)
     assert list(tmp_path.iterdir()) == []
 
 
@@ -322,3 +330,22 @@ def test_the_c_crc32_runs_once_per_opened_write(tmp_path: Path) -> None:
     assert again == [zlib.crc32(data[1])]
     assert calls == [CHUNK, CHUNK]
     assert (tmp_path / "gone" / "shard" / f"b.{zlib.crc32(data[1]):08x}{CHUNK_SUFFIX}").exists()
+
+
+@compiled_only
+def test_the_built_in_crc32_is_zlibs() -> None:
+    """``_chunkio.crc32`` (carry-less multiplication where the CPU has it:
+    64-byte folds, then 16-byte ones, then a table for the rest) gives
+    zlib's values at every length around the fold boundaries, at unaligned
+    addresses, and continued from a previous value."""
+    from kvoffload.impl import _chunkio
+
+    data = bytes(payload(5, 1 << 20))
+    lengths = [*range(0, 300), 1023, 1024, 1025, 4095, 65535, 65536, 65537, 1 << 20]
+    for length in lengths:
+        for offset in (0, 1, 7):
+            chunk = memoryview(data)[offset : offset + min(length, len(data) - offset)]
+            assert _chunkio.crc32(chunk) == zlib.crc32(chunk), (length, offset)
+            assert _chunkio.crc32(chunk, 0xDEADBEEF) == zlib.crc32(chunk, 0xDEADBEEF)
+    half = len(data) // 3
+    assert _chunkio.crc32(data[half:], _chunkio.crc32(data[:half])) == zlib.crc32(data)
