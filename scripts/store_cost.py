@@ -1,8 +1,9 @@
 """What one file-tier store costs, on one thread: the time per chunk of
 ``fs_tier._write_chunks`` (the call a pool thread makes for its batch of
 store items) writing fresh files, with no CRC-32 and with each CRC-32
-function this machine has (libdeflate's and zlib's, called from C in the
-compiled build; ``zlib.crc32`` in Python otherwise). Where storage runs at
+function this machine has (libdeflate's, the compiled build's own by
+carry-less multiplication, zlib's: called from C in the compiled build;
+``zlib.crc32`` in Python otherwise). Where storage runs at
 memory speed (tmpfs), the write is a page allocation and a copy, and the
 CRC-32 is what a checksummed store adds to it: behind docs/DECISIONS.md
 "cio2" (why stores trail vLLM's unchecked ones on tmpfs).
@@ -39,6 +40,8 @@ def crc_functions(compiled: bool) -> list[tuple[str, fs_tier._CFunction | None, 
         return [*choices, ("zlib.crc32", None, True)]
     if fs_tier._FAST_CRC32 is not None:
         choices.append(("libdeflate", fs_tier._c_crc32(fs_tier._FAST_CRC32), True))
+    if fs_tier._CLMUL_CRC32 is not None:
+        choices.append(("pclmul", fs_tier._c_crc32(None, fs_tier._CLMUL_CRC32), True))
     zlib_c = fs_tier._zlib_c_crc32()
     if zlib_c is not None:
         choices.append(("zlib", zlib_c, True))

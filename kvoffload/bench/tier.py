@@ -73,8 +73,8 @@ import numpy.typing as npt
 
 from kvoffload.impl.fs_tier import (
     COMPILED_IO,
-    CRC32_SOURCE,
     FileSystemTier,
+    crc32_sources,
     default_num_threads,
 )
 from kvoffload.spec.keys import OffloadKey, make_offload_key
@@ -300,6 +300,7 @@ def _kvoffload(
     job_chunks: int,
     threads: int,
     checksum: bool = True,
+    crc32: str = "auto",
 ) -> tuple[dict[str, float], dict[str, list[tuple[float, float]]], bool]:
     """Seconds per operation, each operation's submit seconds, and whether
     the default tier used ``O_DIRECT``."""
@@ -321,7 +322,8 @@ def _kvoffload(
     for store_operation, load_operation, options in cases:
         where = directory / "kvoffload"
         tier = FileSystemTier(
-            where, len(keys), view, num_threads=threads, checksum=checksum, **options
+            where, len(keys), view, num_threads=threads, checksum=checksum, crc32=crc32,
+            **options,
         )
         try:
             if not options:
@@ -498,6 +500,7 @@ def measure(
     vllm_threads: int | None = None,
     seed: int = 0,
     checksum: bool = True,
+    crc32: str = "auto",
 ) -> Run:
     """Every chunk size and operation."""
     rng = np.random.default_rng(seed)
@@ -521,7 +524,7 @@ def measure(
                 for op, value in _ceiling(primary, directory).items():
                     ceiling[op].append(value)
                 seconds, submits, direct = _kvoffload(
-                    primary, directory, keys, job_chunks, threads, checksum
+                    primary, directory, keys, job_chunks, threads, checksum, crc32
                 )
                 for op, value in seconds.items():
                     ours[op].append(value)
@@ -614,6 +617,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="vLLM tier's read and write threads each (default: vLLM's, 16)")
     parser.add_argument("--no-checksum", action="store_true",
                         help="run kvoffload's tier with checksum=False")
+    parser.add_argument("--crc32", default="auto",
+                        choices=("auto", "libdeflate", "pclmul", "zlib"),
+                        help="what computes kvoffload's CRC-32 (FileSystemTier's crc32 "
+                             "option; default: the fastest here)")
     parser.add_argument("--no-gc-freeze", action="store_true",
                         help="leave the heap loaded at start-up under the cyclic garbage "
                         "collector (by default it is frozen, as vLLM's engine does once "
@@ -659,6 +666,12 @@ def run(args: argparse.Namespace) -> int:
         except (VllmReleaseError, ImportError) as error:
             print(f"bench tier: cannot load vLLM's fs tier: {error}", file=sys.stderr)
             return 2
+    sources = crc32_sources()
+    if args.crc32 != "auto" and args.crc32 not in sources:
+        print(f"bench tier: --crc32 {args.crc32} is not available here "
+              f"(available: {', '.join(sources)})", file=sys.stderr)
+        return 2
+    crc32 = sources[0] if args.crc32 == "auto" else args.crc32
     owned = args.dir is None
     directory = Path(tempfile.mkdtemp(prefix="kvoffload-bench-tier-")) if owned else args.dir
     directory.mkdir(parents=True, exist_ok=True)
@@ -669,6 +682,7 @@ def run(args: argparse.Namespace) -> int:
             sizes, total_bytes=total, directory=directory, repeats=repeats,
             job_chunks=job_chunks, threads=threads, vllm=vllm,
             vllm_threads=args.vllm_threads, seed=args.seed, checksum=not args.no_checksum,
+            crc32=crc32,
         )
     finally:
         if not args.no_gc_freeze:
@@ -688,7 +702,7 @@ def run(args: argparse.Namespace) -> int:
         + (
             ", no checksum"
             if args.no_checksum
-            else f", CRC-32 ({CRC32_SOURCE}) recorded, checked on a reopened chunk's first load"
+            else f", CRC-32 ({crc32}) recorded, checked on a reopened chunk's first load"
         )
     )
     if vllm is not None:

@@ -85,6 +85,7 @@ __all__ = [
     "CHUNK_SUFFIX",
     "COMPILED_IO",
     "CRC32_SOURCE",
+    "crc32_sources",
     "MANIFEST_NAME",
     "MAX_KEY_BYTES",
     "TEMP_SUFFIX",
@@ -464,11 +465,32 @@ def _libdeflate_crc32() -> _Crc32At | None:
 _FAST_CRC32: _Crc32At | None = _libdeflate_crc32()
 
 
-def _crc32_source(fast: _Crc32At | None, clmul: Callable[[memoryview], int] | None) -> str:
-    return "libdeflate" if fast is not None else "pclmul" if clmul is not None else "zlib"
+def crc32_sources() -> tuple[str, ...]:
+    """What can compute the chunks' CRC-32 here, fastest first (the
+    ``crc32`` option of :class:`FileSystemTier`; ``"auto"`` takes the
+    first): ``"libdeflate"`` where the system has it, ``"pclmul"`` in the
+    compiled build on a CPU with carry-less multiplication, ``"zlib"``."""
+    there = (("libdeflate", _FAST_CRC32), ("pclmul", _CLMUL_CRC32), ("zlib", zlib.crc32))
+    return tuple(name for name, function in there if function is not None)
 
 
-CRC32_SOURCE = _crc32_source(_FAST_CRC32, _CLMUL_CRC32)
+def _choose_crc32(choice: object) -> str:
+    """The CRC-32 source the ``crc32`` option names (``"auto"``: the fastest)."""
+    sources = crc32_sources()
+    if choice == "auto":
+        return sources[0]
+    if choice not in ("libdeflate", "pclmul", "zlib"):
+        raise ConfigurationError(
+            f"crc32 must be 'auto', 'libdeflate', 'pclmul' or 'zlib', got {choice!r}"
+        )
+    if choice not in sources:
+        raise ConfigurationError(
+            f"crc32 {choice!r} is not available here (available: {', '.join(sources)})"
+        )
+    return str(choice)
+
+
+CRC32_SOURCE = crc32_sources()[0]
 """What computes the chunks' CRC-32: ``"libdeflate"`` where the system has
 it; else ``"pclmul"``, the compiled build's own by carry-less
 multiplication (x86-64 CPUs with PCLMULQDQ: several times zlib's speed);
@@ -640,6 +662,9 @@ class FileSystemTier:
       (:data:`CRC32_SOURCE`: libdeflate where the system has it, else the
       compiled build's own on CPUs with carry-less multiplication, else
       zlib; the same values).
+    - ``crc32`` (``"auto"``): what computes the CRC-32, one of
+      :func:`crc32_sources` (``"auto"``: the fastest there); all give the
+      same values, so chunks written one way check the others.
     - ``verify_loads`` (``"reopened"``): which loads verify the CRC-32.
       ``"reopened"``: the chunks found when the directory was opened, on
       their first load (a chunk that verified is trusted afterwards). They
@@ -704,6 +729,7 @@ class FileSystemTier:
         recycle_files: bool = True,
         verify_loads: str = "reopened",
         compiled_io: bool = True,
+        crc32: str = "auto",
         enable_events: bool = False,
         medium: str = "DISK",
         block_size: int = 0,
@@ -739,9 +765,9 @@ class FileSystemTier:
         self._verify_always = verify_loads == "always"
         self._compiled_io = compiled_io and COMPILED_IO
         self.io_source: str = "compiled" if self._compiled_io else "python"
-        self._crc32_at = _FAST_CRC32
-        self._clmul = _CLMUL_CRC32 if _FAST_CRC32 is None else None
-        self.crc32_source: str = _crc32_source(self._crc32_at, self._clmul)
+        self.crc32_source: str = _choose_crc32(crc32)
+        self._crc32_at = _FAST_CRC32 if self.crc32_source == "libdeflate" else None
+        self._clmul = _CLMUL_CRC32 if self.crc32_source == "pclmul" else None
         # the C I/O computes a store's CRC-32 itself when it can call one
         self._c_crc32 = (
             _c_crc32(self._crc32_at, self._clmul) if self._compiled_io and checksum else None

@@ -71,6 +71,7 @@ _FS_OPTIONS = frozenset(
         "direct_io",
         "recycle_files",
         "compiled_io",
+        "crc32",
         "medium",
     }
 )

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -78,6 +79,34 @@ def test_bench_tier_freezes_the_startup_heap_for_its_run_only(
 def test_bench_tier_refuses_bad_sizes(tmp_path: Path) -> None:
     with pytest.raises(SystemExit):
         main(["bench", "tier", "--total", "0", "--dir", str(tmp_path)])
+
+
+def test_bench_tier_runs_the_crc32_it_is_asked_for(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--crc32`` reaches the tier (the conditions line names it) and one
+    that is not there is refused before anything runs."""
+    import kvoffload.bench.tier as bench_tier
+    from kvoffload.impl import fs_tier
+
+    seen: list[str] = []
+    real = fs_tier.FileSystemTier
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        tier = real(*args, **kwargs)
+        seen.append(tier.crc32_source)
+        return tier
+
+    monkeypatch.setattr(bench_tier, "FileSystemTier", spy)
+    argv = ["bench", "tier", "--sizes", "16K", "--total", "32K", "--repeats", "1",
+            "--dir", str(tmp_path / "work")]
+    assert main([*argv, "--crc32", "zlib"]) == 0
+    assert "CRC-32 (zlib) recorded" in capsys.readouterr().out
+    assert seen and set(seen) == {"zlib"}
+    monkeypatch.setattr("kvoffload.impl.fs_tier._FAST_CRC32", None)
+    monkeypatch.setattr("kvoffload.impl.fs_tier._CLMUL_CRC32", None)
+    assert main([*argv, "--crc32", "libdeflate"]) == 2
+    assert "not available here (available: zlib)" in capsys.readouterr().err
 
 
 def _release_033() -> Path | None:

@@ -1141,40 +1141,23 @@ def test_libdeflate_computes_zlibs_crc32() -> None:
         )
 
 
-CRC32_SOURCES = [
-    name
-    for name, there in (
-        ("libdeflate", fs_tier._FAST_CRC32 is not None),
-        ("pclmul", fs_tier._CLMUL_CRC32 is not None),
-        ("zlib", True),
-    )
-    if there
-]
-
-
 @pytest.mark.parametrize(
     ("written_by", "read_by"),
     [(w, r) for w in ("libdeflate", "pclmul", "zlib") for r in ("libdeflate", "pclmul", "zlib")
      if w != r],
 )
 def test_chunks_check_whichever_crc32_wrote_them(
-    tmp_path: Path,
-    primary: Primary,
-    monkeypatch: pytest.MonkeyPatch,
-    written_by: str,
-    read_by: str,
+    tmp_path: Path, primary: Primary, written_by: str, read_by: str
 ) -> None:
-    """A tier computing the CRC-32 one way (libdeflate, the compiled
-    build's own, zlib) reads what a tier computing it another way wrote,
-    and both catch a flipped byte."""
-    if not {written_by, read_by} <= set(CRC32_SOURCES):
-        pytest.skip(f"not on this machine: {sorted({written_by, read_by} - set(CRC32_SOURCES))}")
-    fast, clmul = fs_tier._FAST_CRC32, fs_tier._CLMUL_CRC32
+    """A tier computing the CRC-32 one way (the ``crc32`` option:
+    libdeflate, the compiled build's own, zlib) reads what a tier computing
+    it another way wrote, and both catch a flipped byte."""
+    missing = {written_by, read_by} - set(fs_tier.crc32_sources())
+    if missing:
+        pytest.skip(f"not on this machine: {sorted(missing)}")
 
     def open_tier(source: str) -> FileSystemTier:
-        monkeypatch.setattr(fs_tier, "_FAST_CRC32", fast if source == "libdeflate" else None)
-        monkeypatch.setattr(fs_tier, "_CLMUL_CRC32", clmul if source == "pclmul" else None)
-        tier = FileSystemTier(tmp_path / "tier", 8, primary.data)
+        tier = FileSystemTier(tmp_path / "tier", 8, primary.data, crc32=source)
         assert tier.crc32_source == source
         return tier
 
@@ -1194,6 +1177,25 @@ def test_chunks_check_whichever_crc32_wrote_them(
         assert np.array_equal(primary[7], pattern(2))
     finally:
         reader.shutdown()
+
+
+def test_the_crc32_option_takes_what_is_there_and_refuses_the_rest(
+    tmp_path: Path, primary: Primary, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sources = fs_tier.crc32_sources()
+    assert sources[-1] == "zlib" and fs_tier.CRC32_SOURCE == sources[0]
+    tier = FileSystemTier(tmp_path / "a", 2, primary.data)
+    assert tier.crc32_source == sources[0]
+    tier.shutdown()
+    with pytest.raises(ConfigurationError, match="crc32 must be"):
+        FileSystemTier(tmp_path / "b", 2, primary.data, crc32="crc32c")
+    monkeypatch.setattr(fs_tier, "_FAST_CRC32", None)
+    monkeypatch.setattr(fs_tier, "_CLMUL_CRC32", None)
+    assert fs_tier.crc32_sources() == ("zlib",)
+    for source in ("libdeflate", "pclmul"):
+        with pytest.raises(ConfigurationError, match="not available here .available: zlib"):
+            FileSystemTier(tmp_path / "c", 2, primary.data, crc32=source)
+    assert not (tmp_path / "b").exists() and not (tmp_path / "c").exists()
 
 
 def _directory_flags(path: Path) -> int | None:
