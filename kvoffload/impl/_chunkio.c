@@ -101,6 +101,23 @@ static Py_ssize_t read_one(const char *path, char *payload, Py_ssize_t want,
     return result;
 }
 
+/* A new list of the `n` values as Python ints, or NULL (an error set). */
+static PyObject *int_list(const long long *values, Py_ssize_t n)
+{
+    PyObject *list = PyList_New(n);
+    if (list == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *value = PyLong_FromLongLong(values[i]);
+        if (value == NULL) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, i, value);
+    }
+    return list;
+}
+
 static void release_all(Py_buffer *views, PyObject **names, Py_ssize_t n)
 {
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -131,7 +148,7 @@ static PyObject *read_chunks(PyObject *self, PyObject *args)
     PyObject *payload_seq = path_seq ? PySequence_Fast(payloads, "payloads must be a sequence") : NULL;
     Py_buffer *views = NULL;
     PyObject **names = NULL;
-    Py_ssize_t *counts = NULL;
+    long long *counts = NULL;
     Py_ssize_t n = 0, held = 0;
     if (payload_seq == NULL)
         goto done;
@@ -142,7 +159,7 @@ static PyObject *read_chunks(PyObject *self, PyObject *args)
     }
     views = PyMem_Calloc((size_t)(n ? n : 1), sizeof(Py_buffer));
     names = PyMem_Calloc((size_t)(n ? n : 1), sizeof(PyObject *));
-    counts = PyMem_Calloc((size_t)(n ? n : 1), sizeof(Py_ssize_t));
+    counts = PyMem_Calloc((size_t)(n ? n : 1), sizeof(long long));
     if (views == NULL || names == NULL || counts == NULL) {
         PyErr_NoMemory();
         goto done;
@@ -159,17 +176,7 @@ static PyObject *read_chunks(PyObject *self, PyObject *args)
         counts[i] = read_one(PyBytes_AS_STRING(names[i]), views[i].buf, views[i].len,
                              spare.buf, spare.len, direct);
     Py_END_ALLOW_THREADS
-    result = PyList_New(n);
-    if (result == NULL)
-        goto done;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *count = PyLong_FromSsize_t(counts[i]);
-        if (count == NULL) {
-            Py_CLEAR(result);
-            goto done;
-        }
-        PyList_SET_ITEM(result, i, count);
-    }
+    result = int_list(counts, n);
 done:
     if (views != NULL && names != NULL)
         release_all(views, names, held < n ? held + 1 : n);
@@ -566,17 +573,7 @@ static PyObject *write_chunks(PyObject *self, PyObject *args)
             outcomes[i] = -(long long)(failure.error ? failure.error : EIO);
     }
     Py_END_ALLOW_THREADS
-    result = PyList_New(n);
-    if (result == NULL)
-        goto done;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *outcome = PyLong_FromLongLong(outcomes[i]);
-        if (outcome == NULL) {
-            Py_CLEAR(result);
-            goto done;
-        }
-        PyList_SET_ITEM(result, i, outcome);
-    }
+    result = int_list(outcomes, n);
 done:
     if (views != NULL && temp_names != NULL && recycled_names != NULL && prefix_names != NULL
         && finals != NULL) {

@@ -61,7 +61,7 @@ from _ctypes import CFuncPtr as _CFuncPtr
 from collections import deque
 from collections.abc import Callable, Collection, Iterable, Sequence
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from kvoffload.impl.backend import require_positive_int
 from kvoffload.impl.block import BlockStatus
@@ -438,28 +438,39 @@ _Crc32At = Callable[[int, int, int], int]
 ``address`` continued from ``value`` (zlib's CRC-32; 0 starts one)."""
 
 
+def _open_crc32(
+    libraries: Sequence[str], symbol: str, restype: Any, argtypes: tuple[Any, ...]
+) -> Any:
+    """The C function ``symbol`` of the first of ``libraries`` that opens,
+    has it and gives zlib's CRC-32 of a probe (called ``(0, bytes, len)``),
+    typed for :mod:`ctypes`; else None."""
+    for name in libraries:
+        try:
+            library = ctypes.CDLL(name)
+        except OSError:
+            continue
+        function = getattr(library, symbol, None)
+        if function is None:
+            continue
+        function.restype = restype
+        function.argtypes = argtypes
+        probe = b"kvoffload"
+        if function(0, probe, len(probe)) == zlib.crc32(probe):
+            return function  # (else not the CRC the file names record)
+    return None
+
+
 def _libdeflate_crc32() -> _Crc32At | None:
     """libdeflate's ``libdeflate_crc32`` when the system has the library,
     else None. It computes zlib's CRC-32 (same polynomial, same values) with
     carry-less multiplication where the CPU has it: 2-3x zlib's speed on the
     VM this is measured on. Called through ``ctypes.CDLL``, which releases
     the interpreter lock for the call, as ``zlib.crc32`` does."""
-    for name in ("libdeflate.so.0", "libdeflate.so", "libdeflate.0.dylib", "libdeflate.dylib"):
-        try:
-            library = ctypes.CDLL(name)
-        except OSError:
-            continue
-        function = getattr(library, "libdeflate_crc32", None)
-        if function is None:
-            continue
-        function.restype = ctypes.c_uint32
-        function.argtypes = (ctypes.c_uint32, ctypes.c_void_p, ctypes.c_size_t)
-        probe = b"kvoffload"
-        if function(0, probe, len(probe)) != zlib.crc32(probe):
-            continue  # not the CRC the file names record
-        crc32_at: _Crc32At = function
-        return crc32_at
-    return None
+    crc32_at: _Crc32At | None = _open_crc32(
+        ("libdeflate.so.0", "libdeflate.so", "libdeflate.0.dylib", "libdeflate.dylib"),
+        "libdeflate_crc32", ctypes.c_uint32, (ctypes.c_uint32, ctypes.c_void_p, ctypes.c_size_t),
+    )
+    return crc32_at
 
 
 _FAST_CRC32: _Crc32At | None = _libdeflate_crc32()
@@ -500,21 +511,11 @@ else ``"zlib"``. All give the same values."""
 def _zlib_c_crc32() -> _CFunction | None:
     """zlib's ``crc32_z`` for the C chunk I/O to call, when the system's
     zlib library can be opened and has it (zlib >= 1.2.9), else None."""
-    for name in ("libz.so.1", "libz.so", "libz.1.dylib", "libz.dylib"):
-        try:
-            library = ctypes.CDLL(name)
-        except OSError:
-            continue
-        function = getattr(library, "crc32_z", None)
-        if function is None:
-            continue
-        function.restype = ctypes.c_ulong
-        function.argtypes = (ctypes.c_ulong, ctypes.c_char_p, ctypes.c_size_t)
-        probe = b"kvoffload"
-        if function(0, probe, len(probe)) != zlib.crc32(probe):
-            continue
-        return _CFunction(_function_address(function), _CRC_ZLIB)
-    return None
+    function = _open_crc32(
+        ("libz.so.1", "libz.so", "libz.1.dylib", "libz.dylib"),
+        "crc32_z", ctypes.c_ulong, (ctypes.c_ulong, ctypes.c_char_p, ctypes.c_size_t),
+    )
+    return None if function is None else _CFunction(_function_address(function), _CRC_ZLIB)
 
 
 def _function_address(function: object) -> int:
