@@ -310,9 +310,10 @@ def _read_chunks(
 
 
 class _CFunction(NamedTuple):
-    """A C function computing zlib's CRC-32, for the C chunk I/O to call
-    with the interpreter lock released: its address and its signature
-    (:data:`_CRC_LIBDEFLATE` or :data:`_CRC_ZLIB`)."""
+    """What the C chunk I/O calls to compute zlib's CRC-32 with the
+    interpreter lock released: a C function's address and its signature
+    (:data:`_CRC_LIBDEFLATE`, :data:`_CRC_ZLIB`), or the module's own
+    (:data:`_CRC_CLMUL`, address 0)."""
 
     address: int
     kind: int
