@@ -29,6 +29,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import numpy as np  # noqa: E402
 
 from kvoffload.bench import tier as bench  # noqa: E402
+from kvoffload.bench.sizes import parse_size  # noqa: E402
 from kvoffload.impl import fs_tier  # noqa: E402
 from kvoffload.impl.fs_tier import FileSystemTier  # noqa: E402
 from kvoffload.spec.keys import make_offload_key  # noqa: E402
@@ -59,8 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=8, help="pairs of runs (default: 8)")
     parser.add_argument("--cap", default="0", help="bytes per take, 0: one item (default: 0)")
     args = parser.parse_args(argv)
-    size, cap = bench.parse_size(args.size), bench.parse_size(args.cap)
-    count = bench.parse_size(args.total) // size
+    size, cap = parse_size(args.size), parse_size(args.cap)
+    count = parse_size(args.total) // size
     _, primary = bench._aligned_primary(count, size)
     rng = np.random.default_rng(0)
     primary[:] = np.frombuffer(rng.bytes(count * size), np.uint8).reshape(count, size)

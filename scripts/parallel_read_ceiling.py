@@ -36,6 +36,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import numpy as np  # noqa: E402
 
 from kvoffload.bench import tier as bench  # noqa: E402
+from kvoffload.bench.sizes import parse_size  # noqa: E402
 from kvoffload.impl.fs_tier import FileSystemTier  # noqa: E402
 from kvoffload.spec.keys import make_offload_key  # noqa: E402
 
@@ -130,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--vllm-path", type=Path, default=None)
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args(argv)
-    size, total = bench.parse_size(args.size), bench.parse_size(args.total)
+    size, total = parse_size(args.size), parse_size(args.total)
     directory = Path(tempfile.mkdtemp(prefix="kvoffload-read-ceiling-", dir=args.dir))
     try:
         count = total // size

@@ -32,7 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from kvoffload.bench.tier import parse_size  # noqa: E402
+from kvoffload.bench.sizes import parse_size  # noqa: E402
 from kvoffload.impl import fs_tier  # noqa: E402
 
 

@@ -71,6 +71,7 @@ import attrs
 import numpy as np
 import numpy.typing as npt
 
+from kvoffload.bench.sizes import format_size, parse_size
 from kvoffload.impl.fs_tier import (
     COMPILED_IO,
     FileSystemTier,
@@ -81,8 +82,6 @@ from kvoffload.spec.keys import OffloadKey, make_offload_key
 from kvoffload.spec.tier_contract import TierJob
 
 DEFAULT_SIZES = ("64K", "256K", "1M", "4M")
-_UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-
 STORE = "store"
 LOAD = "load"
 STORE_FSYNC = "store, fsync per chunk"
@@ -101,21 +100,6 @@ MEASURED = tuple(
 )
 """The operations this build measures (the Python-I/O rows only where the
 tier's I/O runs in C by default: elsewhere they are the first two rows)."""
-
-
-def parse_size(text: str) -> int:
-    """``"256K"`` -> 262144; plain integers are bytes."""
-    text = text.strip().upper().removesuffix("B").removesuffix("I")
-    if text and text[-1] in _UNITS:
-        return int(float(text[:-1]) * _UNITS[text[-1]])
-    return int(text)
-
-
-def format_size(num_bytes: int) -> str:
-    for unit in ("G", "M", "K"):
-        if num_bytes % _UNITS[unit] == 0:
-            return f"{num_bytes // _UNITS[unit]} {unit}iB"
-    return f"{num_bytes} B"
 
 
 @attrs.frozen

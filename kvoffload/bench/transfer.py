@@ -30,13 +30,13 @@ from typing import TYPE_CHECKING
 import attrs
 import numpy as np
 
+from kvoffload.bench.sizes import format_size, parse_size
 from kvoffload.usage import UsageError, int_in, writable_file
 
 if TYPE_CHECKING:
     import torch
 
 DEFAULT_SIZES = ("16K", "64K", "256K", "2M")
-_UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
 
 @attrs.frozen
@@ -58,21 +58,6 @@ class TransferFigure:
     @property
     def over_naive(self) -> float:
         return self.handler_gbps / self.naive_gbps
-
-
-def parse_size(text: str) -> int:
-    """``"16K"`` -> 16384; plain integers are bytes."""
-    text = text.strip().upper().removesuffix("B").removesuffix("I")
-    if text and text[-1] in _UNITS:
-        return int(float(text[:-1]) * _UNITS[text[-1]])
-    return int(text)
-
-
-def _format_size(num_bytes: int) -> str:
-    for unit in ("G", "M", "K"):
-        if num_bytes % _UNITS[unit] == 0:
-            return f"{num_bytes // _UNITS[unit]} {unit}iB"
-    return f"{num_bytes} B"
 
 
 def _median_seconds(action: Callable[[], None], sync: Callable[[], None],
@@ -203,7 +188,7 @@ def render(description: str, figures: Sequence[TransferFigure]) -> str:
     ]
     for fig in figures:
         lines.append(
-            f"| {_format_size(fig.block_bytes)} | {fig.layout} | {fig.direction} | "
+            f"| {format_size(fig.block_bytes)} | {fig.layout} | {fig.direction} | "
             f"{fig.num_blocks} | {fig.handler_gbps:.2f} | {fig.ceiling_gbps:.2f} | "
             f"{100 * fig.of_ceiling:.0f}% | {fig.naive_gbps:.2f} | "
             f"{fig.over_naive:.1f} |"
@@ -277,12 +262,12 @@ def check_arguments(args: argparse.Namespace) -> tuple[list[int], int | None]:
     total = _size_arg(args.total, "--total") if args.total else None
     if total is not None:
         if total > MAX_TOTAL:
-            raise UsageError(f"--total: at most {_format_size(MAX_TOTAL)}, got {args.total!r}")
+            raise UsageError(f"--total: at most {format_size(MAX_TOTAL)}, got {args.total!r}")
         memory = _physical_memory()
         if memory is not None and 2 * total > memory // 2:
             raise UsageError(
-                f"--total {args.total} needs about {_format_size(2 * total)} of memory; "
-                f"this machine has {_format_size(memory)}"
+                f"--total {args.total} needs about {format_size(2 * total)} of memory; "
+                f"this machine has {format_size(memory)}"
             )
     smallest_total = total if total is not None else 64 << 20
     too_big = [size for size in sizes if size > smallest_total]

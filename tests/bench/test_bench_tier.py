@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from kvoffload.__main__ import main
-from kvoffload.bench.tier import MEASURED, OPERATIONS, format_size, parse_size
+from kvoffload.bench.sizes import format_size, parse_size
+from kvoffload.bench.tier import MEASURED, OPERATIONS
 from kvoffload.impl.fs_tier import COMPILED_IO
 
 ENV = "KVOFFLOAD_VLLM_DIRS"

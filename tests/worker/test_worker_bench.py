@@ -11,7 +11,8 @@ import pytest
 pytest.importorskip("torch")
 
 from kvoffload.__main__ import main
-from kvoffload.bench.transfer import measure, parse_size, render
+from kvoffload.bench.sizes import parse_size
+from kvoffload.bench.transfer import measure, render
 
 
 def test_parse_size() -> None:
