@@ -1302,22 +1302,28 @@ class FileSystemTier:
         overwriting the file at the same index of ``recycled`` (an evicted
         chunk's) when given; each item's path, or None where its store
         failed (it fails that key only)."""
-        stems = [self._stem(item.key, item.serial) for item in batch]
-        payloads = [self._slot(item.chunk_id) for item in batch]
         crc32 = self._c_crc32
-        if not self._checksum:
-            prefixes = [f"{stem}.{NO_CHECKSUM}" for stem in stems]
-        elif crc32 is None:  # the CRC-32 now, here; else in the write's C call
-            prefixes = [
-                f"{stem}.{self._crc32(item.chunk_id, payload):08x}"
-                for stem, item, payload in zip(stems, batch, payloads)
-            ]
-        else:
-            prefixes = [f"{stem}." for stem in stems]
-        temps = [stem + TEMP_SUFFIX for stem in stems]
-        outcomes = self._write(temps, prefixes, payloads, recycled, crc32)
+        prefixes: list[str] = []
+        try:
+            stems = [self._stem(item.key, item.serial) for item in batch]
+            payloads = [self._slot(item.chunk_id) for item in batch]
+            if not self._checksum:
+                prefixes = [f"{stem}.{NO_CHECKSUM}" for stem in stems]
+            elif crc32 is None:  # the CRC-32 now, here; else in the write's C call
+                prefixes = [
+                    f"{stem}.{self._crc32(item.chunk_id, payload):08x}"
+                    for stem, item, payload in zip(stems, batch, payloads)
+                ]
+            else:
+                prefixes = [f"{stem}." for stem in stems]
+            outcomes: Sequence[int | Exception] = _write_chunks(
+                [stem + TEMP_SUFFIX for stem in stems], prefixes, payloads, recycled,
+                self._fsync, self.direct_io, crc32, self._compiled_io,
+            )
+        except Exception as error:  # (out of memory): every item of the batch fails
+            outcomes = [error] * len(batch)
         paths: list[str | None] = []
-        for item, prefix, old, outcome in zip(batch, prefixes, recycled, outcomes):
+        for index, (item, old, outcome) in enumerate(zip(batch, recycled, outcomes)):
             if isinstance(outcome, Exception):
                 logger.warning("store of %s failed: %s", item.key.hex(), outcome)
                 if old is not None:
@@ -1325,26 +1331,8 @@ class FileSystemTier:
                 paths.append(None)
             else:
                 crc = f"{outcome:08x}" if crc32 is not None else ""
-                paths.append(f"{prefix}{crc}{CHUNK_SUFFIX}")
+                paths.append(f"{prefixes[index]}{crc}{CHUNK_SUFFIX}")
         return paths
-
-    def _write(
-        self,
-        temps: list[str],
-        prefixes: list[str],
-        payloads: list[memoryview],
-        recycled: list[str | None],
-        crc32: _CFunction | None,
-    ) -> list[int | OSError] | list[Exception]:
-        """:func:`_write_chunks` with this tier's settings; an error of the
-        call itself (out of memory) fails every item."""
-        try:
-            return _write_chunks(
-                temps, prefixes, payloads, recycled, self._fsync, self.direct_io, crc32,
-                self._compiled_io,
-            )
-        except Exception as error:
-            return [error] * len(temps)
 
     def _loaded(self, item: _Item, payload: memoryview, read: int | Exception) -> bool:
         """Whether ``item``'s file made it whole into its primary slot

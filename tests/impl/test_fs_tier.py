@@ -270,6 +270,29 @@ def test_a_failed_write_is_never_a_hit(
     assert leftovers == [tier.path_of(key(1)).name]  # type: ignore[union-attr]
 
 
+def test_a_batch_that_fails_before_its_write_fails_its_items_and_the_thread_goes_on(
+    make_tier: Callable[..., FileSystemTier],
+    primary: Primary,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An error while a pool thread prepares its batch (here the CRC-32,
+    computed before the write on the Python path) fails that batch's keys;
+    the thread lives on, so the next job completes."""
+    tier = make_tier(capacity=4, num_threads=1, compiled_io=False)
+
+    def broken(chunk_id: int, payload: memoryview) -> int:
+        raise MemoryError("no room for the checksum")
+
+    monkeypatch.setattr(tier, "_crc32", broken)
+    fill(primary, 0, 0)
+    store(tier, 1, [key(0)], [0])
+    assert finished(tier) == {1: TierJobResult(1, False, None)}
+    monkeypatch.undo()
+    store(tier, 2, [key(0)], [0])
+    assert finished(tier) == {2: TierJobResult(2, True)}
+    assert hit(tier, key(0)) and len(tier) == 1
+
+
 def test_a_store_of_a_key_in_flight_shares_that_stores_fate(
     make_tier: Callable[..., FileSystemTier],
     primary: Primary,
