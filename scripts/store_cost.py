@@ -42,9 +42,9 @@ def crc_functions(compiled: bool) -> list[tuple[str, fs_tier._CFunction | None, 
     if not compiled:
         return [*choices, ("zlib.crc32", None, True)]
     if fs_tier._FAST_CRC32 is not None:
-        choices.append(("libdeflate", fs_tier._c_crc32(fs_tier._FAST_CRC32), True))
+        choices.append(("libdeflate", fs_tier._c_crc32("libdeflate"), True))
     if fs_tier._CLMUL_CRC32 is not None:
-        choices.append(("pclmul", fs_tier._c_crc32(None, fs_tier._CLMUL_CRC32), True))
+        choices.append(("pclmul", fs_tier._c_crc32("pclmul"), True))
     zlib_c = fs_tier._zlib_c_crc32()
     if zlib_c is not None:
         choices.append(("zlib", zlib_c, True))

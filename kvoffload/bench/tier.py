@@ -74,10 +74,12 @@ import numpy.typing as npt
 from kvoffload.bench.sizes import format_size, parse_size
 from kvoffload.impl.fs_tier import (
     COMPILED_IO,
+    CRC32_CHOICES,
     FileSystemTier,
-    crc32_sources,
+    choose_crc32,
     default_num_threads,
 )
+from kvoffload.spec.errors import ConfigurationError
 from kvoffload.spec.keys import OffloadKey, make_offload_key
 from kvoffload.spec.tier_contract import TierJob
 
@@ -602,7 +604,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-checksum", action="store_true",
                         help="run kvoffload's tier with checksum=False")
     parser.add_argument("--crc32", default="auto",
-                        choices=("auto", "libdeflate", "pclmul", "zlib"),
+                        choices=CRC32_CHOICES,
                         help="what computes kvoffload's CRC-32 (FileSystemTier's crc32 "
                              "option; default: the fastest here)")
     parser.add_argument("--no-gc-freeze", action="store_true",
@@ -650,12 +652,11 @@ def run(args: argparse.Namespace) -> int:
         except (VllmReleaseError, ImportError) as error:
             print(f"bench tier: cannot load vLLM's fs tier: {error}", file=sys.stderr)
             return 2
-    sources = crc32_sources()
-    if args.crc32 != "auto" and args.crc32 not in sources:
-        print(f"bench tier: --crc32 {args.crc32} is not available here "
-              f"(available: {', '.join(sources)})", file=sys.stderr)
+    try:
+        crc32 = choose_crc32(args.crc32)
+    except ConfigurationError as error:
+        print(f"bench tier: --crc32: {error}", file=sys.stderr)
         return 2
-    crc32 = sources[0] if args.crc32 == "auto" else args.crc32
     owned = args.dir is None
     directory = Path(tempfile.mkdtemp(prefix="kvoffload-bench-tier-")) if owned else args.dir
     directory.mkdir(parents=True, exist_ok=True)

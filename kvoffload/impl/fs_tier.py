@@ -85,6 +85,8 @@ __all__ = [
     "CHUNK_SUFFIX",
     "COMPILED_IO",
     "CRC32_SOURCE",
+    "CRC32_CHOICES",
+    "choose_crc32",
     "crc32_sources",
     "MANIFEST_NAME",
     "MAX_KEY_BYTES",
@@ -139,6 +141,7 @@ class FsyncPolicy(enum.Enum):
 
 
 _FSYNC_CODE = {FsyncPolicy.NONE: 0, FsyncPolicy.CHUNK: 1, FsyncPolicy.FULL: 2}
+"""The C chunk I/O's code for each :class:`FsyncPolicy`."""
 
 STORE_BATCH_BYTES = 1 << 20
 """The most bytes a pool thread writes in one batch of store items (at
@@ -148,7 +151,6 @@ large costs far more than the call, and a second one in the same batch
 would only wait for the first where another thread could write it (on 16
 CPUs, 1 MiB stores into tmpfs ran at 0.78-0.79x the rate of one item per
 call when threads took batches of 2-4; docs/PERFORMANCE.md)."""
-"""The C chunk I/O's code for each :class:`FsyncPolicy`."""
 
 
 # --- file I/O (module functions, so tests can make one fail) -------------------
@@ -477,23 +479,29 @@ def _libdeflate_crc32() -> _Crc32At | None:
 _FAST_CRC32: _Crc32At | None = _libdeflate_crc32()
 
 
+CRC32_CHOICES = ("auto", "libdeflate", "pclmul", "zlib")
+"""The values of :class:`FileSystemTier`'s ``crc32`` option."""
+
+
 def crc32_sources() -> tuple[str, ...]:
     """What can compute the chunks' CRC-32 here, fastest first (the
     ``crc32`` option of :class:`FileSystemTier`; ``"auto"`` takes the
     first): ``"libdeflate"`` where the system has it, ``"pclmul"`` in the
     compiled build on a CPU with carry-less multiplication, ``"zlib"``."""
-    there = (("libdeflate", _FAST_CRC32), ("pclmul", _CLMUL_CRC32), ("zlib", zlib.crc32))
-    return tuple(name for name, function in there if function is not None)
+    there = {"libdeflate": _FAST_CRC32, "pclmul": _CLMUL_CRC32, "zlib": zlib.crc32}
+    return tuple(name for name in CRC32_CHOICES[1:] if there[name] is not None)
 
 
-def _choose_crc32(choice: object) -> str:
-    """The CRC-32 source the ``crc32`` option names (``"auto"``: the fastest)."""
+def choose_crc32(choice: object) -> str:
+    """The CRC-32 source the ``crc32`` option ``choice`` names (``"auto"``:
+    the fastest here); :class:`ConfigurationError` for an unknown name or
+    one this machine does not have."""
     sources = crc32_sources()
     if choice == "auto":
         return sources[0]
-    if choice not in ("libdeflate", "pclmul", "zlib"):
+    if choice not in CRC32_CHOICES:
         raise ConfigurationError(
-            f"crc32 must be 'auto', 'libdeflate', 'pclmul' or 'zlib', got {choice!r}"
+            f"crc32 must be one of {', '.join(map(repr, CRC32_CHOICES))}, got {choice!r}"
         )
     if choice not in sources:
         raise ConfigurationError(
@@ -529,18 +537,15 @@ def _function_address(function: object) -> int:
     return int(address)
 
 
-def _c_crc32(
-    crc32_at: _Crc32At | None, clmul: Callable[[memoryview], int] | None = None
-) -> _CFunction | None:
-    """What the C chunk I/O calls to compute the CRC-32 that ``crc32_at``
-    (libdeflate's) or else ``clmul`` (its own) or else zlib computes; None
-    when there is nothing it can call (the CRC-32 is then computed before
-    the C call)."""
-    if crc32_at is not None:
-        return _CFunction(_function_address(crc32_at), _CRC_LIBDEFLATE)
-    if clmul is not None:
+def _c_crc32(source: str) -> _CFunction | None:
+    """What the C chunk I/O calls to compute the CRC-32 as ``source`` (one
+    of :func:`crc32_sources`) does; None when there is nothing it can call
+    (the CRC-32 is then computed before the C call)."""
+    if source == "libdeflate" and _FAST_CRC32 is not None:
+        return _CFunction(_function_address(_FAST_CRC32), _CRC_LIBDEFLATE)
+    if source == "pclmul" and _CLMUL_CRC32 is not None:
         return _CFunction(0, _CRC_CLMUL)
-    return _ZLIB_C_CRC32
+    return _ZLIB_C_CRC32 if source == "zlib" else None
 
 
 _ZLIB_C_CRC32: _CFunction | None = _zlib_c_crc32() if COMPILED_IO else None
@@ -767,12 +772,12 @@ class FileSystemTier:
         self._verify_always = verify_loads == "always"
         self._compiled_io = compiled_io and COMPILED_IO
         self.io_source: str = "compiled" if self._compiled_io else "python"
-        self.crc32_source: str = _choose_crc32(crc32)
+        self.crc32_source: str = choose_crc32(crc32)
         self._crc32_at = _FAST_CRC32 if self.crc32_source == "libdeflate" else None
         self._clmul = _CLMUL_CRC32 if self.crc32_source == "pclmul" else None
         # the C I/O computes a store's CRC-32 itself when it can call one
         self._c_crc32 = (
-            _c_crc32(self._crc32_at, self._clmul) if self._compiled_io and checksum else None
+            _c_crc32(self.crc32_source) if self._compiled_io and checksum else None
         )
         self.spreads_shards = False
         # recycling needs the checksum: after a power loss a recycled file
@@ -1227,11 +1232,11 @@ class FileSystemTier:
 
     def _take_stores(self, entry: _Job) -> tuple[list[_Item], list[str | None], list[str]]:
         """:meth:`_take_share` of cascade ``entry`` (at most
-        :data:`STORE_BATCH_BYTES`), the evicted chunks' files its items overwrite (None: a new file), and the files to
-        remove before they are written. Each store item recycles one of the
-        files of the chunks its job evicted (a job evicts at most one chunk
-        per item); without recycling they are all removed before the job's
-        first write."""
+        :data:`STORE_BATCH_BYTES`), the evicted chunks' files its items
+        overwrite (None: a new file), and the files to remove before they
+        are written. Each store item recycles one of the files of the chunks
+        its job evicted (a job evicts at most one chunk per item); without
+        recycling they are all removed before the job's first write."""
         batch = self._take_share(
             entry, self._queued_stores, STORE_BATCH_BYTES // self.chunk_bytes
         )

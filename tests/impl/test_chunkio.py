@@ -231,10 +231,8 @@ CRC_FUNCTIONS = [
 def crc_function(name: str | None) -> fs_tier._CFunction | None:
     if name == "zlib":
         return fs_tier._zlib_c_crc32()
-    if name == "libdeflate":
-        return fs_tier._c_crc32(fs_tier._FAST_CRC32)
-    if name == "pclmul":
-        return fs_tier._c_crc32(None, fs_tier._CLMUL_CRC32)
+    if name in ("libdeflate", "pclmul"):
+        return fs_tier._c_crc32(name)
     return None
 
 
