@@ -78,12 +78,15 @@ from kvoffload.impl.fs_tier import (
     FileSystemTier,
     choose_crc32,
     default_num_threads,
+    file_system_type,
 )
 from kvoffload.spec.errors import ConfigurationError
 from kvoffload.spec.keys import OffloadKey, make_offload_key
 from kvoffload.spec.tier_contract import TierJob
 
 DEFAULT_SIZES = ("64K", "256K", "1M", "4M")
+CHECKSUM_CHOICES: dict[str, bool | str] = {"auto": "auto", "on": True, "off": False}
+"""``--checksum``: the tier's ``checksum`` option each value gives."""
 STORE = "store"
 LOAD = "load"
 STORE_FSYNC = "store, fsync per chunk"
@@ -285,16 +288,17 @@ def _kvoffload(
     keys: Sequence[OffloadKey],
     job_chunks: int,
     threads: int,
-    checksum: bool = True,
+    checksum: bool | str = "auto",
     crc32: str = "auto",
-) -> tuple[dict[str, float], dict[str, list[tuple[float, float]]], bool]:
-    """Seconds per operation, each operation's submit seconds, and whether
-    the default tier used ``O_DIRECT``."""
+) -> tuple[dict[str, float], dict[str, list[tuple[float, float]]], bool, bool]:
+    """Seconds per operation, each operation's submit seconds, whether the
+    default tier used ``O_DIRECT`` and whether it recorded checksums."""
     view = primary.data
     expected = primary.copy()
     seconds: dict[str, float] = {}
     submits: dict[str, list[tuple[float, float]]] = {}
     direct = False
+    checksums = False
     python_io: dict[str, Any] = {"compiled_io": False}
     cases: tuple[tuple[str, str, dict[str, Any]], ...] = (
         (STORE, LOAD, {}),
@@ -313,7 +317,7 @@ def _kvoffload(
         )
         try:
             if not options:
-                direct = tier.direct_io
+                direct, checksums = tier.direct_io, tier.checksums
             full = "recycle_files" in options
             if full:  # fill the tier first (untimed): every timed store evicts
                 _run_jobs(
@@ -347,7 +351,7 @@ def _kvoffload(
         finally:
             tier.shutdown()
             shutil.rmtree(where, ignore_errors=True)
-    return seconds, submits, direct
+    return seconds, submits, direct, checksums
 
 
 def _filler(keys: Sequence[OffloadKey]) -> list[OffloadKey]:
@@ -472,6 +476,7 @@ class Run:
     figures: list[TierFigure]
     kvoffload_direct: bool
     vllm_direct: bool | None
+    kvoffload_checksums: bool = True
 
 
 def measure(
@@ -485,7 +490,7 @@ def measure(
     vllm: VllmFsTier | None = None,
     vllm_threads: int | None = None,
     seed: int = 0,
-    checksum: bool = True,
+    checksum: bool | str = "auto",
     crc32: str = "auto",
 ) -> Run:
     """Every chunk size and operation."""
@@ -493,6 +498,7 @@ def measure(
     figures: list[TierFigure] = []
     vllm_direct: bool | None = None
     direct = False
+    checksums = False
     for chunk_bytes in chunk_sizes:
         count = max(16, total_bytes // chunk_bytes)
         region, primary = _aligned_primary(count, chunk_bytes)
@@ -509,7 +515,7 @@ def measure(
                 keys = [make_offload_key(rng.bytes(32), 0) for _ in range(count)]
                 for op, value in _ceiling(primary, directory).items():
                     ceiling[op].append(value)
-                seconds, submits, direct = _kvoffload(
+                seconds, submits, direct, checksums = _kvoffload(
                     primary, directory, keys, job_chunks, threads, checksum, crc32
                 )
                 for op, value in seconds.items():
@@ -541,7 +547,7 @@ def measure(
                 )
         finally:
             del primary, region  # unmapped once the tiers' views are gone
-    return Run(figures, direct, vllm_direct)
+    return Run(figures, direct, vllm_direct, checksums)
 
 
 def render(figures: Sequence[TierFigure], conditions: str) -> str:
@@ -601,8 +607,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "its C module (vllm.fs_io_C), which a vLLM install uses")
     parser.add_argument("--vllm-threads", type=int, default=None,
                         help="vLLM tier's read and write threads each (default: vLLM's, 16)")
-    parser.add_argument("--no-checksum", action="store_true",
-                        help="run kvoffload's tier with checksum=False")
+    parser.add_argument("--checksum", default="auto", choices=tuple(CHECKSUM_CHOICES),
+                        help="kvoffload tier's checksum option (default: %(default)s, "
+                        "on except on a file system kept in memory, such as tmpfs)")
     parser.add_argument("--crc32", default="auto",
                         choices=CRC32_CHOICES,
                         help="what computes kvoffload's CRC-32 (FileSystemTier's crc32 "
@@ -666,7 +673,7 @@ def run(args: argparse.Namespace) -> int:
         result = measure(
             sizes, total_bytes=total, directory=directory, repeats=repeats,
             job_chunks=job_chunks, threads=threads, vllm=vllm,
-            vllm_threads=args.vllm_threads, seed=args.seed, checksum=not args.no_checksum,
+            vllm_threads=args.vllm_threads, seed=args.seed, checksum=CHECKSUM_CHOICES[args.checksum],
             crc32=crc32,
         )
     finally:
@@ -685,10 +692,11 @@ def run(args: argparse.Namespace) -> int:
         + ("O_DIRECT" if result.kvoffload_direct else "buffered (no O_DIRECT here)")
         + (", I/O in C (_chunkio)" if COMPILED_IO else ", I/O in Python (pure build)")
         + (
-            ", no checksum"
-            if args.no_checksum
-            else f", CRC-32 ({crc32}) recorded, checked on a reopened chunk's first load"
+            f", CRC-32 ({crc32}) recorded, checked on a reopened chunk's first load"
+            if result.kvoffload_checksums
+            else ", no checksum"
         )
+        + f" (checksum={args.checksum!r}; file system: {file_system_type(directory)})"
     )
     if vllm is not None:
         conditions += (

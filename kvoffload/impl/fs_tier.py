@@ -54,6 +54,7 @@ import logging
 import mmap
 import operator
 import os
+import re
 import sys
 import threading
 import zlib
@@ -65,7 +66,7 @@ from typing import Any, NamedTuple
 
 from kvoffload.impl.backend import require_positive_int
 from kvoffload.impl.block import BlockStatus
-from kvoffload.impl.policies import CachePolicy, make_cache_policy
+from kvoffload.impl.policies import CachePolicy, EvictedBlocks, make_cache_policy
 from kvoffload.spec.contract import (
     LookupResult,
     OffloadingEvent,
@@ -92,8 +93,10 @@ __all__ = [
     "MAX_KEY_BYTES",
     "TEMP_SUFFIX",
     "NO_CHECKSUM",
+    "MEMORY_FILE_SYSTEMS",
     "FileSystemTier",
     "FsyncPolicy",
+    "file_system_type",
 ]
 
 logger = logging.getLogger(__name__)
@@ -121,6 +124,12 @@ DEFAULT_THREADS = 32
 
 VERIFY_LOADS = ("reopened", "always")
 """The values of :class:`FileSystemTier`'s ``verify_loads`` option."""
+
+MEMORY_FILE_SYSTEMS = frozenset({"tmpfs", "ramfs"})
+"""File systems kept in memory: none of their files outlives a power loss
+or a kernel crash, the events a chunk's CRC-32 guards against (a process
+killed mid-write leaves only a temp name). ``checksum="auto"`` records
+none on them."""
 
 
 class FsyncPolicy(enum.Enum):
@@ -431,6 +440,45 @@ def _probe_direct_io(directory: Path) -> bool:
             os.unlink(path)
 
 
+_MOUNTINFO = "/proc/self/mountinfo"
+
+
+def _mount_field(text: str) -> str:
+    """A path field of ``mountinfo``, its octal escapes (``\\040`` for a
+    space) undone."""
+    return re.sub(r"\\([0-7]{3})", lambda match: chr(int(match.group(1), 8)), text)
+
+
+def _type_in_mountinfo(mountinfo: str, path: str) -> str | None:
+    """The file-system type of the mount holding the absolute, resolved
+    ``path`` in the ``mountinfo`` text (the deepest mount point above it;
+    of two at one point, the later, which hides the earlier), or None."""
+    found: str | None = None
+    depth = -1
+    for line in mountinfo.splitlines():
+        head, separator, tail = line.partition(" - ")
+        fields = head.split(" ")
+        if not separator or len(fields) < 5 or not tail:
+            continue
+        point = _mount_field(fields[4])
+        inside = point == "/" or path == point or path.startswith(point.rstrip("/") + "/")
+        if inside and len(point) >= depth:
+            found, depth = tail.split(" ", 1)[0], len(point)
+    return found
+
+
+def file_system_type(path: str | os.PathLike[str]) -> str | None:
+    """The type of the file system that holds (or would hold) ``path``, as
+    Linux names it (``"ext4"``, ``"tmpfs"``, ...), read from
+    ``/proc/self/mountinfo``; None where that cannot be read (not Linux)."""
+    try:
+        with open(_MOUNTINFO, encoding="utf-8", errors="surrogateescape") as handle:
+            mountinfo = handle.read()
+    except OSError:
+        return None
+    return _type_in_mountinfo(mountinfo, os.path.realpath(path))
+
+
 def _address(view: memoryview) -> int:
     """The address of a writable buffer's first byte."""
     return ctypes.addressof(ctypes.c_char.from_buffer(view))
@@ -663,9 +711,14 @@ class FileSystemTier:
       at once (a whole job when many are queued; store items at most
       :data:`STORE_BATCH_BYTES` of them).
     - ``fsync`` (``"none"``): see :class:`FsyncPolicy`.
-    - ``checksum`` (True): record a CRC-32 of each chunk (in its file
-      name) and verify it on load (see ``verify_loads``). Without it a load
-      checks the length only. :attr:`crc32_source` says what computes it
+    - ``checksum`` (``"auto"``): record a CRC-32 of each chunk (in its
+      file name) and verify it on load (see ``verify_loads``). Without it a
+      load checks the length only. ``"auto"``: on, except on a file system
+      kept in memory (:data:`MEMORY_FILE_SYSTEMS`; :attr:`file_system` is
+      the directory's, from :func:`file_system_type`), where a file that a crash or a power loss
+      could leave wrong does not outlive it; True or False forces it.
+      :attr:`checksums` says whether chunks carry one, :attr:`crc32_source`
+      what computes it
       (:data:`CRC32_SOURCE`: libdeflate where the system has it, else the
       compiled build's own on CPUs with carry-less multiplication, else
       zlib; the same values).
@@ -692,10 +745,10 @@ class FileSystemTier:
       instead of removing it and creating a new one; creating a file costs
       far more than rewriting one whose blocks are allocated. Old bytes are
       never readable under the new name (see ``_write_chunk``). Only with
-      ``checksum``: after a power loss a recycled file whose new bytes had
-      not reached the disk holds the evicted chunk's bytes at the right
-      length, which only the CRC catches. :attr:`recycles_files` says
-      whether files are recycled.
+      ``checksum`` or in memory: after a power loss a recycled file whose
+      new bytes had not reached the disk holds the evicted chunk's bytes at
+      the right length, which only the CRC catches. :attr:`recycles_files`
+      says whether files are recycled.
     - ``compiled_io`` (True): do a pool thread's file I/O in C, the
       interpreter lock released once per batch of loads or of stores
       (a system call made from Python gives it up and takes it back, and
@@ -731,7 +784,7 @@ class FileSystemTier:
         cache_policy: str = "lru",
         num_threads: int | None = None,
         fsync: str | FsyncPolicy = FsyncPolicy.NONE,
-        checksum: bool = True,
+        checksum: bool | str = "auto",
         direct_io: bool = True,
         recycle_files: bool = True,
         verify_loads: str = "reopened",
@@ -749,8 +802,9 @@ class FileSystemTier:
         )
         self._flat, self.chunk_bytes, self.num_primary_slots = _check_view(primary_kv_view)
         self._fsync = _fsync_policy(fsync)
+        if checksum != "auto" and not isinstance(checksum, bool):
+            raise ConfigurationError(f"checksum must be a bool or 'auto', got {checksum!r}")
         for name, flag in (
-            ("checksum", checksum),
             ("direct_io", direct_io),
             ("recycle_files", recycle_files),
             ("compiled_io", compiled_io),
@@ -767,7 +821,11 @@ class FileSystemTier:
                 f"verify_loads must be one of {', '.join(map(repr, VERIFY_LOADS))}, "
                 f"got {verify_loads!r}"
             )
-        self._checksum = checksum
+        self.directory = Path(directory)
+        self.file_system: str | None = file_system_type(self.directory)
+        in_memory = self.file_system in MEMORY_FILE_SYSTEMS
+        self.checksums: bool = not in_memory if checksum == "auto" else bool(checksum)
+        self._checksum = self.checksums
         self.verify_loads: str = verify_loads
         self._verify_always = verify_loads == "always"
         self._compiled_io = compiled_io and COMPILED_IO
@@ -777,20 +835,20 @@ class FileSystemTier:
         self._clmul = _CLMUL_CRC32 if self.crc32_source == "pclmul" else None
         # the C I/O computes a store's CRC-32 itself when it can call one
         self._c_crc32 = (
-            _c_crc32(self.crc32_source) if self._compiled_io and checksum else None
+            _c_crc32(self.crc32_source) if self._compiled_io and self.checksums else None
         )
         self.spreads_shards = False
-        # recycling needs the checksum: after a power loss a recycled file
-        # whose new bytes never reached the disk holds the evicted chunk's
-        # bytes at the right length, which only the CRC in its name catches
-        self.recycles_files: bool = recycle_files and checksum
+        # recycling needs the checksum where files outlive a power loss: a
+        # recycled file whose new bytes never reached the disk holds the
+        # evicted chunk's bytes at the right length, which only the CRC in
+        # its name catches
+        self.recycles_files: bool = recycle_files and (self.checksums or in_memory)
         self._recycle = self.recycles_files
         self._events_on = enable_events
         self.medium = medium
         self._event_block_size = block_size
         self._policy: CachePolicy = make_cache_policy(cache_policy, self.capacity_blocks)
         self._blocks = self._policy.blocks
-        self.directory = Path(directory)
         self._chunk_root = self.directory / CHUNK_DIR
 
         self._lock = threading.Lock()
@@ -1003,22 +1061,12 @@ class FileSystemTier:
             self._check_open_and_id(job.job_id)
             entry = _Job(job.job_id, keys, promotion=False)
             blocks = self._blocks
-            new_keys: list[OffloadKey] = []
-            new_ids: list[int] = []
-            seen: set[OffloadKey] = set()
-            for key, chunk_id in zip(keys, chunk_ids):
-                if key in seen:
-                    continue
-                seen.add(key)
-                block = blocks.get(key)
-                if block is None:
-                    new_keys.append(key)
-                    new_ids.append(chunk_id)
-                elif block.ref_cnt >= 0:
-                    entry.ok.add(key)
-                else:
-                    self._waiters.setdefault(key, []).append(entry)
-                    entry.pending += 1
+            seen = set(keys)
+            if len(seen) == len(keys) and not any(map(blocks.__contains__, keys)):
+                # the usual cascade: distinct keys the tier does not hold (C-speed checks)
+                new_keys, new_ids = list(keys), chunk_ids
+            else:
+                new_keys, new_ids = self._sort_keys(entry, keys, chunk_ids)
             if new_keys:
                 free = self._free_slots
                 if len(new_keys) > len(free):
@@ -1112,6 +1160,31 @@ class FileSystemTier:
 
     # --- submission helpers ----------------------------------------------------
 
+    def _sort_keys(
+        self, entry: _Job, keys: list[OffloadKey], chunk_ids: list[int]
+    ) -> tuple[list[OffloadKey], list[int]]:
+        """The keys of cascade ``entry`` to write (the first of each, the
+        tier does not hold it) with their slots; a readable key counts as
+        stored, a key being stored waits on that store (lock held)."""
+        blocks = self._blocks
+        new_keys: list[OffloadKey] = []
+        new_ids: list[int] = []
+        seen: set[OffloadKey] = set()
+        for key, chunk_id in zip(keys, chunk_ids):
+            if key in seen:
+                continue
+            seen.add(key)
+            block = blocks.get(key)
+            if block is None:
+                new_keys.append(key)
+                new_ids.append(chunk_id)
+            elif block.ref_cnt >= 0:
+                entry.ok.add(key)
+            else:
+                self._waiters.setdefault(key, []).append(entry)
+                entry.pending += 1
+        return new_keys, new_ids
+
     def _check_job(
         self, job: TierJobLike, promotion: bool
     ) -> tuple[list[OffloadKey], list[int]]:
@@ -1155,11 +1228,13 @@ class FileSystemTier:
                 if not one:
                     break
                 victims.extend(one)
-        keys: list[OffloadKey] = []
-        for key, block in victims:
-            self._free_slots.append(block.block_id)
-            entry.doomed.append(self._file_of.pop(key)[0])
-            keys.append(key)
+        if isinstance(victims, EvictedBlocks):
+            keys, blocks = victims.keys, victims.blocks
+        else:
+            keys, blocks = [key for key, _ in victims], [block for _, block in victims]
+        self._free_slots.extend([block.block_id for block in blocks])
+        pop = self._file_of.pop
+        entry.doomed.extend([pop(key)[0] for key in keys])
         if keys and self._events_on:
             self._events.append(self._event(keys, removed=True))
         return len(keys)

@@ -100,7 +100,7 @@ def test_bench_tier_runs_the_crc32_it_is_asked_for(
 
     monkeypatch.setattr(bench_tier, "FileSystemTier", spy)
     argv = ["bench", "tier", "--sizes", "16K", "--total", "32K", "--repeats", "1",
-            "--dir", str(tmp_path / "work")]
+            "--dir", str(tmp_path / "work"), "--checksum", "on"]
     assert main([*argv, "--crc32", "zlib"]) == 0
     assert "CRC-32 (zlib) recorded" in capsys.readouterr().out
     assert seen and set(seen) == {"zlib"}
@@ -108,6 +108,29 @@ def test_bench_tier_runs_the_crc32_it_is_asked_for(
     monkeypatch.setattr("kvoffload.impl.fs_tier._CLMUL_CRC32", None)
     assert main([*argv, "--crc32", "libdeflate"]) == 2
     assert "not available here (available: zlib)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("choice", "in_memory", "recorded"),
+    [("auto", False, True), ("auto", True, False), ("on", True, True), ("off", False, False)],
+)
+def test_bench_tier_runs_the_checksum_it_is_asked_for(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+    choice: str, in_memory: bool, recorded: bool,
+) -> None:
+    """``--checksum`` is the tier's option ("auto": none on tmpfs); the
+    conditions line says what the tier did, and on which file system."""
+    from kvoffload.impl import fs_tier
+
+    kind = "tmpfs" if in_memory else "ext4"
+    monkeypatch.setattr(fs_tier, "file_system_type", lambda path: kind)
+    monkeypatch.setattr("kvoffload.bench.tier.file_system_type", lambda path: kind)
+    assert main(["bench", "tier", "--sizes", "16K", "--total", "32K", "--repeats", "1",
+                 "--dir", str(tmp_path / "work"), "--checksum", choice]) == 0
+    out = capsys.readouterr().out
+    assert ("recorded, checked" in out) is recorded
+    assert (", no checksum" in out) is not recorded
+    assert f"(checksum={choice!r}; file system: {kind})" in out
 
 
 def _release_033() -> Path | None:

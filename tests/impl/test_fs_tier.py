@@ -94,6 +94,10 @@ def make_tier(
 
     def make(capacity: int = 8, directory: Path | None = None, **options: Any) -> FileSystemTier:
         options.setdefault("compiled_io", request.param == "compiled")
+        # these tests are about checksummed chunks wherever the temporary
+        # directory lives ("auto" turns the checksum off on tmpfs; its own
+        # tests are test_checksum_auto_*)
+        options.setdefault("checksum", True)
         tier = FileSystemTier(
             directory or tmp_path / "tier", capacity, primary.data, **options
         )
@@ -828,7 +832,9 @@ def aligned_primary(slots: int, chunk: int) -> Primary:
 
 def test_direct_io_round_trips_and_still_checks(tmp_path: Path) -> None:
     memory = aligned_primary(8, 8192)
-    tier = FileSystemTier(tmp_path / "t", 4, memory.data, verify_loads="always")
+    tier = FileSystemTier(
+        tmp_path / "t", 4, memory.data, verify_loads="always", checksum=True
+    )
     try:
         if not tier.direct_io:
             pytest.skip("this file system refuses O_DIRECT")
@@ -1124,10 +1130,13 @@ def test_with_or_without_recycling_a_full_tier_round_trips(
     primary: Primary,
     tmp_path: Path,
     options: dict[str, Any],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Recycling needs the checksum (a power loss can leave a recycled file
-    with the evicted chunk's bytes at the right length): without it, or
-    turned off, evicted files are removed and new ones created."""
+    """Recycling needs the checksum on a disk (a power loss can leave a
+    recycled file with the evicted chunk's bytes at the right length):
+    without it, or turned off, evicted files are removed and new ones
+    created. (In memory: test_checksum_true_or_false_is_kept_*.)"""
+    monkeypatch.setattr(fs_tier, "file_system_type", lambda path: "ext4")
     tier = make_tier(capacity=2, **options)
     assert tier.recycles_files is (options == {"recycle_files": True})
     for i in range(4):
@@ -1180,7 +1189,7 @@ def test_chunks_check_whichever_crc32_wrote_them(
         pytest.skip(f"not on this machine: {sorted(missing)}")
 
     def open_tier(source: str) -> FileSystemTier:
-        tier = FileSystemTier(tmp_path / "tier", 8, primary.data, crc32=source)
+        tier = FileSystemTier(tmp_path / "tier", 8, primary.data, crc32=source, checksum=True)
         assert tier.crc32_source == source
         return tier
 
@@ -1276,3 +1285,135 @@ def test_a_file_system_without_the_attribute_changes_nothing(
     load(tier, 2, [key(1)], [1])
     assert finished(tier) == {2: TierJobResult(2, True)}
     assert np.array_equal(primary[1], pattern(4))
+
+
+MOUNTINFO = "\n".join(
+    [
+        "22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw",
+        "23 22 0:21 / /dev/shm rw,nosuid shared:2 - tmpfs tmpfs rw",
+        "24 22 0:22 / /mnt/data rw - xfs /dev/sdb1 rw",
+        "25 22 0:23 / /mnt/my\\040disk rw - ramfs none rw",
+        "26 24 0:24 / /mnt/data/fast rw - tmpfs tmpfs rw",
+        "27 22 0:25 / /mnt/data rw - btrfs /dev/sdc1 rw",  # mounted over 24
+        "a line that is not a mount",
+    ]
+)
+
+
+@pytest.mark.parametrize(
+    ("path", "expected"),
+    [
+        ("/", "ext4"),
+        ("/home/me/tier", "ext4"),
+        ("/dev/shm", "tmpfs"),
+        ("/dev/shm/tier/chunks", "tmpfs"),
+        ("/dev/shmx", "ext4"),  # a sibling that shares the mount point's prefix
+        ("/mnt/database", "ext4"),
+        ("/mnt/data/tier", "btrfs"),  # the later mount at one point hides the earlier
+        ("/mnt/data/fast/tier", "tmpfs"),  # the deepest mount point above the path
+        ("/mnt/my disk/tier", "ramfs"),  # a space, written \040 in mountinfo
+    ],
+)
+def test_the_file_system_is_the_deepest_mount_above_the_path(path: str, expected: str) -> None:
+    assert fs_tier._type_in_mountinfo(MOUNTINFO, path) == expected
+
+
+def test_no_mount_table_no_file_system() -> None:
+    assert fs_tier._type_in_mountinfo("", "/anywhere") is None
+
+
+def _stat_type(path: Path) -> str:
+    """What ``stat -f`` (coreutils, from the kernel's statfs) calls the
+    file system holding ``path``."""
+    import shutil
+    import subprocess
+
+    if shutil.which("stat") is None or not os.path.exists("/proc/self/mountinfo"):
+        pytest.skip("needs Linux's mount table and coreutils' stat")
+    run = subprocess.run(
+        ["stat", "-f", "-c", "%T", str(path)], capture_output=True, text=True, check=True
+    )
+    return run.stdout.strip()
+
+
+@pytest.mark.parametrize("where", ["temporary", "/dev/shm"])
+def test_a_directory_in_memory_is_told_apart_as_statfs_tells_it(
+    tmp_path: Path, where: str
+) -> None:
+    path = tmp_path if where == "temporary" else Path(where)
+    if not path.exists():
+        pytest.skip(f"no {path} here")
+    in_memory = _stat_type(path) in {"tmpfs", "ramfs"}
+    assert (fs_tier.file_system_type(path) in fs_tier.MEMORY_FILE_SYSTEMS) is in_memory
+    # a directory not made yet is on its parent's file system
+    assert fs_tier.file_system_type(path / "not" / "yet") == fs_tier.file_system_type(path)
+
+
+def _chunk_names(tier: FileSystemTier) -> list[str]:
+    return [p.name for p in (tier.directory / "chunks").rglob("*.kvc")]
+
+
+@pytest.mark.parametrize("in_memory", [False, True])
+def test_checksum_auto_is_off_in_memory_only(
+    tmp_path: Path, primary: Primary, monkeypatch: pytest.MonkeyPatch, in_memory: bool
+) -> None:
+    """``checksum="auto"`` (the default) records a CRC-32 on a file system
+    that keeps files across a power loss, none on tmpfs; recycling goes on
+    either way, and the chunk round-trips."""
+    kind = "tmpfs" if in_memory else "ext4"
+    monkeypatch.setattr(fs_tier, "file_system_type", lambda path: kind)
+    tier = FileSystemTier(tmp_path / "tier", 2, primary.data)
+    try:
+        assert tier.file_system == kind
+        assert tier.checksums is not in_memory
+        assert tier.recycles_files
+        for i in range(3):  # the third store evicts, recycling a file
+            fill(primary, i, i)
+            store(tier, i, [key(i)], [i])
+            assert finished(tier) == {i: TierJobResult(i, True)}
+        [name] = [n for n in _chunk_names(tier) if n.startswith(key(2).hex())]
+        field = name.split(".")[-2]
+        assert (field == fs_tier.NO_CHECKSUM) is in_memory
+        load(tier, 9, [key(2)], [3])
+        assert finished(tier) == {9: TierJobResult(9, True)}
+        assert np.array_equal(primary[3], pattern(2))
+    finally:
+        tier.shutdown()
+
+
+@pytest.mark.parametrize("kind", ["tmpfs", "xfs", None])
+@pytest.mark.parametrize("checksum", [True, False])
+def test_checksum_true_or_false_is_kept_wherever_the_directory_lives(
+    tmp_path: Path,
+    primary: Primary,
+    monkeypatch: pytest.MonkeyPatch,
+    kind: str | None,
+    checksum: bool,
+) -> None:
+    monkeypatch.setattr(fs_tier, "file_system_type", lambda path: kind)
+    tier = FileSystemTier(tmp_path / "tier", 2, primary.data, checksum=checksum)
+    try:
+        assert tier.checksums is checksum
+        # without a checksum, files are recycled only where no power loss
+        # can leave a recycled file's old bytes under its new name
+        assert tier.recycles_files is (checksum or kind == "tmpfs")
+    finally:
+        tier.shutdown()
+
+
+def test_an_unknown_file_system_gets_the_checksum(
+    tmp_path: Path, primary: Primary, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(fs_tier, "file_system_type", lambda path: None)
+    tier = FileSystemTier(tmp_path / "tier", 2, primary.data)
+    try:
+        assert tier.checksums and tier.file_system is None
+    finally:
+        tier.shutdown()
+
+
+@pytest.mark.parametrize("bad", ["on", "yes", 1, None])
+def test_checksum_takes_a_bool_or_auto(tmp_path: Path, primary: Primary, bad: object) -> None:
+    with pytest.raises(ConfigurationError, match="checksum must be a bool or 'auto'"):
+        FileSystemTier(tmp_path / "tier", 2, primary.data, checksum=bad)  # type: ignore[arg-type]
+    assert not (tmp_path / "tier").exists(), "nothing is made for a bad option"

@@ -5,22 +5,27 @@ store had completed, with exactly its bytes, and nothing else."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from kvoffload import FileSystemTier
+from kvoffload.impl.fs_tier import MEMORY_FILE_SYSTEMS, file_system_type
 from kvoffload.spec.keys import OffloadKey
 from kvoffload.spec.tier_contract import TierJob, TierJobResult
 
 CHUNK = 1 << 20  # large chunks: the kill lands mid-write
 SLOTS = 4
 RECYCLING = 3
+SHM = "/dev/shm"
 
 # The writer: with a capacity of RECYCLING chunks every store from the fourth
 # on evicts a chunk and rewrites its file (recycle_files), so the kill lands in
@@ -66,13 +71,30 @@ def temp_files(shard: Path) -> list[str]:
         return []
 
 
+@pytest.fixture(params=["temporary", "memory"])
+def where(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Path]:
+    """The temporary directory, and one on tmpfs (``/dev/shm``), where
+    ``checksum="auto"`` records no CRC-32 and files are recycled without
+    one: the rename alone must keep a killed write unreadable."""
+    if request.param == "temporary":
+        yield tmp_path
+        return
+    if file_system_type(SHM) not in MEMORY_FILE_SYSTEMS:
+        pytest.skip(f"{SHM} is not a file system kept in memory here")
+    directory = Path(tempfile.mkdtemp(prefix="kvoffload-crash-", dir=SHM))
+    try:
+        yield directory
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
 @pytest.mark.parametrize("capacity", [10_000, RECYCLING])
 @pytest.mark.parametrize("io", ["buffered", "direct"])
 @pytest.mark.parametrize("round_", range(2))
 def test_a_killed_writer_leaves_only_complete_chunks(
-    tmp_path: Path, round_: int, io: str, capacity: int
+    where: Path, round_: int, io: str, capacity: int
 ) -> None:
-    directory = tmp_path / "tier"
+    directory = where / "tier"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     writer = subprocess.Popen(
         [sys.executable, "-c", WRITER, str(directory), str(CHUNK), io, str(capacity)],
@@ -111,6 +133,9 @@ def test_a_killed_writer_leaves_only_complete_chunks(
     primary = np.zeros((SLOTS, CHUNK), dtype=np.uint8)
     tier = FileSystemTier(directory, capacity, primary.data)
     try:
+        in_memory = tier.file_system in MEMORY_FILE_SYSTEMS
+        assert tier.checksums is not in_memory
+        assert tier.recycles_files
         found = tier.stored_keys()
         # the chunks not evicted when killed: all of them, or (recycling) the
         # last two completed (a third may have been evicted by the store the

@@ -86,6 +86,7 @@ class FileTierMachine(RuleBasedStateMachine):
             num_threads=2,
             enable_events=True,
             verify_loads=self.VERIFY_LOADS,
+            checksum=True,  # it tears and damages files, whatever holds them
         )
 
     @initialize()

@@ -604,6 +604,7 @@ class FileTierIntegrityMachine(TieredIntegrityMachine):
             self.directory, self.tier_blocks, self.view, num_threads=2,
             enable_events=True, medium="TIER",
             verify_loads="always",  # files are damaged while the tier runs
+            checksum=True,  # ... which only the checksum catches, on tmpfs too
         )
         tier.model = self.model
         tier.cascaded = self.cascaded
