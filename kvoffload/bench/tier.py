@@ -77,7 +77,6 @@ from kvoffload.impl.fs_tier import (
     CRC32_CHOICES,
     FileSystemTier,
     choose_crc32,
-    default_num_threads,
     file_system_type,
 )
 from kvoffload.spec.errors import ConfigurationError
@@ -287,18 +286,18 @@ def _kvoffload(
     directory: Path,
     keys: Sequence[OffloadKey],
     job_chunks: int,
-    threads: int,
+    threads: int | None,
     checksum: bool | str = "auto",
     crc32: str = "auto",
-) -> tuple[dict[str, float], dict[str, list[tuple[float, float]]], bool, bool]:
-    """Seconds per operation, each operation's submit seconds, whether the
-    default tier used ``O_DIRECT`` and whether it recorded checksums."""
+) -> tuple[dict[str, float], dict[str, list[tuple[float, float]]], TierSetup]:
+    """Seconds per operation, each operation's submit seconds, and what the
+    tier with the default options did (``threads``: None, the tier's
+    own count)."""
     view = primary.data
     expected = primary.copy()
     seconds: dict[str, float] = {}
     submits: dict[str, list[tuple[float, float]]] = {}
-    direct = False
-    checksums = False
+    setup = TierSetup(False, False, 0)
     python_io: dict[str, Any] = {"compiled_io": False}
     cases: tuple[tuple[str, str, dict[str, Any]], ...] = (
         (STORE, LOAD, {}),
@@ -317,7 +316,7 @@ def _kvoffload(
         )
         try:
             if not options:
-                direct, checksums = tier.direct_io, tier.checksums
+                setup = TierSetup(tier.direct_io, tier.checksums, tier.num_threads)
             full = "recycle_files" in options
             if full:  # fill the tier first (untimed): every timed store evicts
                 _run_jobs(
@@ -351,7 +350,7 @@ def _kvoffload(
         finally:
             tier.shutdown()
             shutil.rmtree(where, ignore_errors=True)
-    return seconds, submits, direct, checksums
+    return seconds, submits, setup
 
 
 def _filler(keys: Sequence[OffloadKey]) -> list[OffloadKey]:
@@ -470,13 +469,21 @@ def _vllm(
 
 
 @attrs.frozen
+class TierSetup:
+    """What kvoffload's tier with the default options did in a run."""
+
+    direct: bool  # O_DIRECT
+    checksums: bool  # a CRC-32 recorded per chunk
+    threads: int  # pool threads
+
+
+@attrs.frozen
 class Run:
     """Figures of one run and how the tiers did their I/O."""
 
     figures: list[TierFigure]
-    kvoffload_direct: bool
+    kvoffload: TierSetup
     vllm_direct: bool | None
-    kvoffload_checksums: bool = True
 
 
 def measure(
@@ -486,7 +493,7 @@ def measure(
     directory: Path,
     repeats: int = 3,
     job_chunks: int = 8,
-    threads: int = 4,
+    threads: int | None = None,
     vllm: VllmFsTier | None = None,
     vllm_threads: int | None = None,
     seed: int = 0,
@@ -497,8 +504,7 @@ def measure(
     rng = np.random.default_rng(seed)
     figures: list[TierFigure] = []
     vllm_direct: bool | None = None
-    direct = False
-    checksums = False
+    setup = TierSetup(False, False, 0)
     for chunk_bytes in chunk_sizes:
         count = max(16, total_bytes // chunk_bytes)
         region, primary = _aligned_primary(count, chunk_bytes)
@@ -515,7 +521,7 @@ def measure(
                 keys = [make_offload_key(rng.bytes(32), 0) for _ in range(count)]
                 for op, value in _ceiling(primary, directory).items():
                     ceiling[op].append(value)
-                seconds, submits, direct, checksums = _kvoffload(
+                seconds, submits, setup = _kvoffload(
                     primary, directory, keys, job_chunks, threads, checksum, crc32
                 )
                 for op, value in seconds.items():
@@ -547,7 +553,7 @@ def measure(
                 )
         finally:
             del primary, region  # unmapped once the tiers' views are gone
-    return Run(figures, direct, vllm_direct, checksums)
+    return Run(figures, setup, vllm_direct)
 
 
 def render(figures: Sequence[TierFigure], conditions: str) -> str:
@@ -647,9 +653,7 @@ def run(args: argparse.Namespace) -> int:
     total = _positive("--total", parse_size(args.total))
     repeats = _positive("--repeats", args.repeats)
     job_chunks = _positive("--job-chunks", args.job_chunks)
-    threads = default_num_threads() if args.threads is None else _positive(
-        "--threads", args.threads
-    )
+    threads = None if args.threads is None else _positive("--threads", args.threads)
     vllm = None
     if args.vllm_path is not None:
         from kvoffload.vllm_release import VllmReleaseError
@@ -673,8 +677,8 @@ def run(args: argparse.Namespace) -> int:
         result = measure(
             sizes, total_bytes=total, directory=directory, repeats=repeats,
             job_chunks=job_chunks, threads=threads, vllm=vllm,
-            vllm_threads=args.vllm_threads, seed=args.seed, checksum=CHECKSUM_CHOICES[args.checksum],
-            crc32=crc32,
+            vllm_threads=args.vllm_threads, seed=args.seed,
+            checksum=CHECKSUM_CHOICES[args.checksum], crc32=crc32,
         )
     finally:
         if not args.no_gc_freeze:
@@ -688,12 +692,13 @@ def run(args: argparse.Namespace) -> int:
         f"{os.cpu_count()} CPUs, load average {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f}; "
         f"{format_size(total)} per case, median of {repeats}; {job_chunks} chunks per job; "
         + ("start-up heap not frozen; " if args.no_gc_freeze else "start-up heap frozen; ")
-        + f"kvoffload: {threads} threads, "
-        + ("O_DIRECT" if result.kvoffload_direct else "buffered (no O_DIRECT here)")
+        + f"kvoffload: {result.kvoffload.threads} threads"
+        + (" (--threads), " if threads is not None else " (the tier's default here), ")
+        + ("O_DIRECT" if result.kvoffload.direct else "buffered (no O_DIRECT here)")
         + (", I/O in C (_chunkio)" if COMPILED_IO else ", I/O in Python (pure build)")
         + (
             f", CRC-32 ({crc32}) recorded, checked on a reopened chunk's first load"
-            if result.kvoffload_checksums
+            if result.kvoffload.checksums
             else ", no checksum"
         )
         + f" (checksum={args.checksum!r}; file system: {file_system_type(directory)})"

@@ -120,7 +120,7 @@ DIRECT_ALIGNMENT = 4096
 _O_DIRECT: int = getattr(os, "O_DIRECT", 0)
 
 DEFAULT_THREADS = 32
-"""The pool threads of a tier built without ``num_threads``."""
+"""The pool threads of a tier built without ``num_threads`` on a device."""
 
 VERIFY_LOADS = ("reopened", "always")
 """The values of :class:`FileSystemTier`'s ``verify_loads`` option."""
@@ -670,6 +670,7 @@ class _Job:
 
     __slots__ = (
         "doomed",
+        "first_serial",
         "items",
         "job_id",
         "keys",
@@ -677,13 +678,24 @@ class _Job:
         "ok",
         "pending",
         "promotion",
+        "store_blocks",
+        "store_ids",
+        "store_keys",
     )
 
     def __init__(self, job_id: JobId, keys: list[OffloadKey], promotion: bool) -> None:
         self.job_id = job_id
         self.keys = keys
         self.promotion = promotion
+        # a promotion's items, made by submit_load; a cascade's are made by
+        # the pool thread that takes them (:meth:`take`), off the
+        # scheduler's thread, from the keys it writes, their primary slots,
+        # their blocks and the first one's serial (the next ones follow)
         self.items: list[_Item] = []
+        self.store_keys: list[OffloadKey] = []
+        self.store_ids: list[int] = []
+        self.store_blocks: list[BlockStatus] = []
+        self.first_serial = 0
         self.next_item = 0
         # items not yet copied plus keys waiting on another job's store
         self.pending = 0
@@ -691,6 +703,25 @@ class _Job:
         # files of keys this job evicted: each rewritten by one of its store
         # items (recycle_files), else removed before it writes
         self.doomed: list[str] = []
+
+    def size(self) -> int:
+        """How many items the job has."""
+        return len(self.items) if self.promotion else len(self.store_keys)
+
+    def take(self, start: int, end: int) -> list[_Item]:
+        """Items ``start`` to ``end`` (exclusive)."""
+        if self.promotion:
+            return self.items[start:end]
+        serial = self.first_serial
+        return list(
+            map(
+                _Item,
+                self.store_keys[start:end],
+                self.store_ids[start:end],
+                self.store_blocks[start:end],
+                range(serial + start, serial + end),
+            )
+        )
 
 
 class FileSystemTier:
@@ -706,8 +737,9 @@ class FileSystemTier:
       ``"arc"``) choosing which stored chunks a store evicts. Chunks being
       stored or loaded are never evicted.
     - ``num_threads``: pool threads doing the copies, checksums and file
-      I/O (default :data:`DEFAULT_THREADS`, 32; the count bounds the I/Os
-      in flight). A thread takes its share of the queued items of a job
+      I/O (default :func:`default_num_threads`: 32, :data:`DEFAULT_THREADS`,
+      where the count bounds the I/Os in flight; on a file system kept in
+      memory one per usable CPU, at least 2). A thread takes its share of the queued items of a job
       at once (a whole job when many are queued; store items at most
       :data:`STORE_BATCH_BYTES` of them).
     - ``fsync`` (``"none"``): see :class:`FsyncPolicy`.
@@ -795,8 +827,11 @@ class FileSystemTier:
         block_size: int = 0,
     ) -> None:
         self.capacity_blocks = require_positive_int("capacity_blocks", capacity_blocks)
+        self.directory = Path(directory)
+        self.file_system: str | None = file_system_type(self.directory)
+        in_memory = self.file_system in MEMORY_FILE_SYSTEMS
         self.num_threads: int = (
-            default_num_threads()
+            default_num_threads(self.file_system)
             if num_threads is None
             else require_positive_int("num_threads", num_threads)
         )
@@ -821,9 +856,6 @@ class FileSystemTier:
                 f"verify_loads must be one of {', '.join(map(repr, VERIFY_LOADS))}, "
                 f"got {verify_loads!r}"
             )
-        self.directory = Path(directory)
-        self.file_system: str | None = file_system_type(self.directory)
-        in_memory = self.file_system in MEMORY_FILE_SYSTEMS
         self.checksums: bool = not in_memory if checksum == "auto" else bool(checksum)
         self._checksum = self.checksums
         self.verify_loads: str = verify_loads
@@ -1072,12 +1104,11 @@ class FileSystemTier:
                 if len(new_keys) > len(free):
                     room = len(free) + self._evict(len(new_keys) - len(free), seen, entry)
                     del new_keys[room:]
-                serial = self._next_serial
-                self._next_serial = serial + len(new_keys)
+                entry.first_serial = self._next_serial
+                self._next_serial += len(new_keys)
                 new_blocks = [BlockStatus(free.pop()) for _ in new_keys]
-                entry.items = list(
-                    map(_Item, new_keys, new_ids, new_blocks, range(serial, self._next_serial))
-                )
+                entry.store_keys, entry.store_ids = new_keys, new_ids
+                entry.store_blocks = new_blocks
                 self._policy.insert_many(new_keys, new_blocks)
             self._enqueue(entry, self._store_queue)
 
@@ -1242,13 +1273,14 @@ class FileSystemTier:
     def _enqueue(self, entry: _Job, queue: deque[_Job]) -> None:
         self._job_ids.add(entry.job_id)
         self._in_flight += 1
-        entry.pending += len(entry.items)
-        if entry.items:  # (a job that evicted has items: evictions make room for them)
+        size = entry.size()
+        entry.pending += size
+        if size:  # (a job that evicted has items: evictions make room for them)
             queue.append(entry)
             if entry.promotion:
-                self._queued_loads += len(entry.items)
+                self._queued_loads += size
             else:
-                self._queued_stores += len(entry.items)
+                self._queued_stores += size
             self._work.notify()  # the woken thread wakes the next (``_worker``)
         if entry.pending == 0:
             self._finish(entry)
@@ -1276,7 +1308,7 @@ class FileSystemTier:
                     batch = self._take_loads(entry)
                 else:
                     batch, recycled, doomed = self._take_stores(entry)
-                if entry.next_item == len(entry.items):
+                if entry.next_item == entry.size():
                     queue.popleft()
                 if self._load_queue or self._store_queue:
                     cond.notify()  # items left: wake the next thread
@@ -1295,9 +1327,9 @@ class FileSystemTier:
         if most is not None:
             share = min(share, most)
         start = entry.next_item
-        end = min(len(entry.items), start + max(1, share))
+        end = min(entry.size(), start + max(1, share))
         entry.next_item = end
-        return entry.items[start:end]
+        return entry.take(start, end)
 
     def _take_loads(self, entry: _Job) -> list[_Item]:
         """:meth:`_take_share` of promotion ``entry``."""
@@ -1321,7 +1353,7 @@ class FileSystemTier:
             entry.doomed = []
             return batch, [None] * len(batch), doomed
         recycled = [doomed.pop() if doomed else None for _ in batch]
-        if entry.next_item < len(entry.items):
+        if entry.next_item < entry.size():
             return batch, recycled, []
         entry.doomed = []  # the last items: the files no item recycles go
         return batch, recycled, doomed
@@ -1552,13 +1584,34 @@ def _check_view(view: object) -> tuple[memoryview, int, int]:
     return view.cast("B"), chunk_bytes, rows
 
 
-def default_num_threads() -> int:
-    """Pool threads of a tier built without ``num_threads``: 32, whatever
-    the CPUs, half taking loads first and half stores first, as vLLM's fs
-    tier runs 16 + 16. A thread mostly waits on the disk, and the count
-    bounds the I/Os in flight: at 256 KiB chunks 4 threads left the disk
-    idle between requests (docs/PERFORMANCE.md, "File tier")."""
-    return DEFAULT_THREADS
+def default_num_threads(file_system: str | None = None) -> int:
+    """Pool threads of a tier built without ``num_threads`` in a directory
+    on ``file_system`` (:func:`file_system_type`), half taking loads first
+    and half stores first.
+
+    On a device (or unknown): 32 (:data:`DEFAULT_THREADS`), whatever the
+    CPUs, as vLLM's fs tier runs 16 + 16. A thread mostly waits on the
+    disk, and the count bounds the I/Os in flight: at 256 KiB chunks 4
+    threads left the disk idle between requests (docs/PERFORMANCE.md,
+    "File tier").
+
+    On a file system kept in memory (:data:`MEMORY_FILE_SYSTEMS`) a thread
+    never waits on a device: its I/O is a copy on a CPU, so threads past
+    the CPUs this process may run on only take turns with each other (and
+    with the scheduler's thread) for the CPUs and the interpreter lock:
+    one per such CPU, at least 2 (one of each kind) and at most 32
+    (docs/DECISIONS.md "cio3")."""
+    if file_system not in MEMORY_FILE_SYSTEMS:
+        return DEFAULT_THREADS
+    return max(2, min(DEFAULT_THREADS, _usable_cpus()))
+
+
+def _usable_cpus() -> int:
+    """The CPUs this process may run on."""
+    affinity = getattr(os, "sched_getaffinity", None)
+    if affinity is not None:
+        return len(affinity(0))
+    return os.cpu_count() or 1
 
 
 def _fsync_policy(value: object) -> FsyncPolicy:

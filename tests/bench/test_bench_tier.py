@@ -15,6 +15,7 @@ import pytest
 from kvoffload.__main__ import main
 from kvoffload.bench.sizes import format_size, parse_size
 from kvoffload.bench.tier import MEASURED, OPERATIONS
+from kvoffload.impl import fs_tier
 from kvoffload.impl.fs_tier import COMPILED_IO
 
 ENV = "KVOFFLOAD_VLLM_DIRS"
@@ -41,6 +42,8 @@ def test_bench_tier_runs_and_checks_its_loads(
         assert (f"| 16 KiB | {operation} |" in table) is (operation in MEASURED)
     assert ("Python I/O |" in table) is COMPILED_IO  # beside the C I/O where it is built
     assert ("I/O in C (_chunkio)" in table) is COMPILED_IO
+    threads = fs_tier.default_num_threads(fs_tier.file_system_type(tmp_path / "work"))
+    assert f"kvoffload: {threads} threads (the tier's default here)" in table
     figures = json.loads(out.read_text())["figures"]
     assert len(figures) == len(MEASURED)
     assert all(fig["tier_gbps"] > 0 and fig["ceiling_gbps"] > 0 for fig in figures)
@@ -88,7 +91,6 @@ def test_bench_tier_runs_the_crc32_it_is_asked_for(
     """``--crc32`` reaches the tier (the conditions line names it) and one
     that is not there is refused before anything runs."""
     import kvoffload.bench.tier as bench_tier
-    from kvoffload.impl import fs_tier
 
     seen: list[str] = []
     real = fs_tier.FileSystemTier
@@ -120,8 +122,6 @@ def test_bench_tier_runs_the_checksum_it_is_asked_for(
 ) -> None:
     """``--checksum`` is the tier's option ("auto": none on tmpfs); the
     conditions line says what the tier did, and on which file system."""
-    from kvoffload.impl import fs_tier
-
     kind = "tmpfs" if in_memory else "ext4"
     monkeypatch.setattr(fs_tier, "file_system_type", lambda path: kind)
     monkeypatch.setattr("kvoffload.bench.tier.file_system_type", lambda path: kind)

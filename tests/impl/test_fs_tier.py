@@ -969,10 +969,37 @@ def test_jobs_shaped_like_vllms_transfer_job(
     assert np.array_equal(primary[4], pattern(42))
 
 
-def test_default_thread_count(make_tier: Callable[..., FileSystemTier]) -> None:
+@pytest.mark.parametrize("kind", ["ext4", None])
+def test_default_thread_count_on_a_device(
+    make_tier: Callable[..., FileSystemTier], monkeypatch: pytest.MonkeyPatch, kind: str | None
+) -> None:
+    monkeypatch.setattr(fs_tier, "file_system_type", lambda path: kind)
     tier = make_tier()
-    assert tier.num_threads == fs_tier.default_num_threads() == fs_tier.DEFAULT_THREADS == 32
+    assert tier.num_threads == fs_tier.default_num_threads(kind) == fs_tier.DEFAULT_THREADS == 32
     assert len(tier._threads) == tier.num_threads
+
+
+@pytest.mark.parametrize(("cpus", "threads"), [(1, 2), (2, 2), (16, 16), (64, 32)])
+def test_default_thread_count_in_memory_is_one_per_usable_cpu(
+    make_tier: Callable[..., FileSystemTier],
+    monkeypatch: pytest.MonkeyPatch,
+    cpus: int,
+    threads: int,
+) -> None:
+    """In memory a thread's I/O is a copy on a CPU: one thread per CPU the
+    process may run on, at least one of each kind (loads first, stores
+    first), at most 32."""
+    monkeypatch.setattr(fs_tier, "file_system_type", lambda path: "tmpfs")
+    monkeypatch.setattr(fs_tier, "_usable_cpus", lambda: cpus)
+    tier = make_tier()
+    assert tier.num_threads == len(tier._threads) == threads
+    assert make_tier(directory=tier.directory.parent / "other", num_threads=5).num_threads == 5
+
+
+def test_usable_cpus_are_the_affinity_mask() -> None:
+    if not hasattr(os, "sched_getaffinity"):
+        pytest.skip("no CPU affinity here")
+    assert fs_tier._usable_cpus() == len(os.sched_getaffinity(0)) >= 1
 
 
 def test_one_thread_splits_a_lone_load_job_with_the_others(
