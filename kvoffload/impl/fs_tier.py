@@ -748,7 +748,8 @@ class FileSystemTier:
       load checks the length only. ``"auto"``: on, except on a file system
       kept in memory (:data:`MEMORY_FILE_SYSTEMS`; :attr:`file_system` is
       the directory's, from :func:`file_system_type`), where a file that a crash or a power loss
-      could leave wrong does not outlive it; True or False forces it.
+      could leave wrong does not outlive it, unless ``verify_loads`` is
+      ``"always"``; True or False forces it.
       :attr:`checksums` says whether chunks carry one, :attr:`crc32_source`
       what computes it
       (:data:`CRC32_SOURCE`: libdeflate where the system has it, else the
@@ -856,7 +857,10 @@ class FileSystemTier:
                 f"verify_loads must be one of {', '.join(map(repr, VERIFY_LOADS))}, "
                 f"got {verify_loads!r}"
             )
-        self.checksums: bool = not in_memory if checksum == "auto" else bool(checksum)
+        self.checksums: bool = (
+            # "auto": none in memory, unless every load is to be verified
+            (not in_memory or verify_loads == "always") if checksum == "auto" else checksum is True
+        )
         self._checksum = self.checksums
         self.verify_loads: str = verify_loads
         self._verify_always = verify_loads == "always"

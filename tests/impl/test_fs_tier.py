@@ -1408,6 +1408,25 @@ def test_checksum_auto_is_off_in_memory_only(
         tier.shutdown()
 
 
+def test_checksum_auto_stays_on_in_memory_when_every_load_is_verified(
+    tmp_path: Path, primary: Primary, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``verify_loads="always"`` asks for a check of every load against
+    damage done while the tier runs, which memory does not rule out."""
+    monkeypatch.setattr(fs_tier, "file_system_type", lambda path: "tmpfs")
+    tier = FileSystemTier(tmp_path / "tier", 2, primary.data, verify_loads="always")
+    try:
+        assert tier.checksums
+        fill(primary, 0, 0)
+        store(tier, 1, [key(0)], [0])
+        assert finished(tier) == {1: TierJobResult(1, True)}
+        flip_byte(tier, key(0), 7, 0x10)
+        load(tier, 2, [key(0)], [1])
+        assert finished(tier) == {2: TierJobResult(2, False, None)}
+    finally:
+        tier.shutdown()
+
+
 @pytest.mark.parametrize("kind", ["tmpfs", "xfs", None])
 @pytest.mark.parametrize("checksum", [True, False])
 def test_checksum_true_or_false_is_kept_wherever_the_directory_lives(
