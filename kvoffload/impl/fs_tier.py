@@ -737,24 +737,24 @@ class FileSystemTier:
       ``"arc"``) choosing which stored chunks a store evicts. Chunks being
       stored or loaded are never evicted.
     - ``num_threads``: pool threads doing the copies, checksums and file
-      I/O (default :func:`default_num_threads`: 32, :data:`DEFAULT_THREADS`,
-      where the count bounds the I/Os in flight; on a file system kept in
-      memory one per usable CPU, at least 2). A thread takes its share of the queued items of a job
-      at once (a whole job when many are queued; store items at most
+      I/O (default :func:`default_num_threads`: 32,
+      :data:`DEFAULT_THREADS`, where the count bounds the I/Os in flight;
+      on a file system kept in memory one per usable CPU, at least 2). A
+      thread takes its share of the queued items of a job at once (a whole
+      job when many are queued; store items at most
       :data:`STORE_BATCH_BYTES` of them).
     - ``fsync`` (``"none"``): see :class:`FsyncPolicy`.
     - ``checksum`` (``"auto"``): record a CRC-32 of each chunk (in its
       file name) and verify it on load (see ``verify_loads``). Without it a
       load checks the length only. ``"auto"``: on, except on a file system
       kept in memory (:data:`MEMORY_FILE_SYSTEMS`; :attr:`file_system` is
-      the directory's, from :func:`file_system_type`), where a file that a crash or a power loss
-      could leave wrong does not outlive it, unless ``verify_loads`` is
-      ``"always"``; True or False forces it.
+      the directory's, from :func:`file_system_type`), where a file that a
+      crash or a power loss could leave wrong does not outlive it, unless
+      ``verify_loads`` is ``"always"``; True or False forces it.
       :attr:`checksums` says whether chunks carry one, :attr:`crc32_source`
-      what computes it
-      (:data:`CRC32_SOURCE`: libdeflate where the system has it, else the
-      compiled build's own on CPUs with carry-less multiplication, else
-      zlib; the same values).
+      what computes it (:data:`CRC32_SOURCE`: libdeflate where the system
+      has it, else the compiled build's own on CPUs with carry-less
+      multiplication, else zlib; the same values).
     - ``crc32`` (``"auto"``): what computes the CRC-32, one of
       :func:`crc32_sources` (``"auto"``: the fastest there); all give the
       same values, so chunks written one way check the others.
@@ -838,7 +838,9 @@ class FileSystemTier:
         )
         self._flat, self.chunk_bytes, self.num_primary_slots = _check_view(primary_kv_view)
         self._fsync = _fsync_policy(fsync)
-        if checksum != "auto" and not isinstance(checksum, bool):
+        if not isinstance(checksum, bool) and not (
+            isinstance(checksum, str) and checksum == "auto"
+        ):
             raise ConfigurationError(f"checksum must be a bool or 'auto', got {checksum!r}")
         for name, flag in (
             ("direct_io", direct_io),

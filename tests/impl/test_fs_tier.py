@@ -1458,7 +1458,7 @@ def test_an_unknown_file_system_gets_the_checksum(
         tier.shutdown()
 
 
-@pytest.mark.parametrize("bad", ["on", "yes", 1, None])
+@pytest.mark.parametrize("bad", ["on", "yes", 1, None, np.array(["auto"])])
 def test_checksum_takes_a_bool_or_auto(tmp_path: Path, primary: Primary, bad: object) -> None:
     with pytest.raises(ConfigurationError, match="checksum must be a bool or 'auto'"):
         FileSystemTier(tmp_path / "tier", 2, primary.data, checksum=bad)  # type: ignore[arg-type]
