@@ -671,30 +671,31 @@ class _Job:
     __slots__ = (
         "doomed",
         "first_serial",
-        "items",
+        "item_blocks",
+        "item_files",
+        "item_ids",
+        "item_keys",
         "job_id",
         "keys",
         "next_item",
         "ok",
         "pending",
         "promotion",
-        "store_blocks",
-        "store_ids",
-        "store_keys",
     )
 
     def __init__(self, job_id: JobId, keys: list[OffloadKey], promotion: bool) -> None:
         self.job_id = job_id
         self.keys = keys
         self.promotion = promotion
-        # a promotion's items, made by submit_load; a cascade's are made by
-        # the pool thread that takes them (:meth:`take`), off the
-        # scheduler's thread, from the keys it writes, their primary slots,
-        # their blocks and the first one's serial (the next ones follow)
-        self.items: list[_Item] = []
-        self.store_keys: list[OffloadKey] = []
-        self.store_ids: list[int] = []
-        self.store_blocks: list[BlockStatus] = []
+        # the keys the pool copies, their primary slots and blocks, and a
+        # promotion's files (path, checksum) as the keys' entries were at
+        # submit, a cascade's first serial (the next ones follow): the pool
+        # thread that takes items makes their objects (:meth:`take`), off
+        # the scheduler's thread
+        self.item_keys: list[OffloadKey] = []
+        self.item_ids: list[int] = []
+        self.item_blocks: list[BlockStatus] = []
+        self.item_files: list[tuple[str, int | None]] = []
         self.first_serial = 0
         self.next_item = 0
         # items not yet copied plus keys waiting on another job's store
@@ -706,22 +707,21 @@ class _Job:
 
     def size(self) -> int:
         """How many items the job has."""
-        return len(self.items) if self.promotion else len(self.store_keys)
+        return len(self.item_keys)
 
     def take(self, start: int, end: int) -> list[_Item]:
         """Items ``start`` to ``end`` (exclusive)."""
+        keys, ids = self.item_keys[start:end], self.item_ids[start:end]
+        blocks = self.item_blocks[start:end]
         if self.promotion:
-            return self.items[start:end]
+            return [
+                _Item(key, chunk_id, block, -1, path, checksum)
+                for key, chunk_id, block, (path, checksum) in zip(
+                    keys, ids, blocks, self.item_files[start:end]
+                )
+            ]
         serial = self.first_serial
-        return list(
-            map(
-                _Item,
-                self.store_keys[start:end],
-                self.store_ids[start:end],
-                self.store_blocks[start:end],
-                range(serial + start, serial + end),
-            )
-        )
+        return list(map(_Item, keys, ids, blocks, range(serial + start, serial + end)))
 
 
 class FileSystemTier:
@@ -1113,8 +1113,8 @@ class FileSystemTier:
                 entry.first_serial = self._next_serial
                 self._next_serial += len(new_keys)
                 new_blocks = [BlockStatus(free.pop()) for _ in new_keys]
-                entry.store_keys, entry.store_ids = new_keys, new_ids
-                entry.store_blocks = new_blocks
+                entry.item_keys, entry.item_ids = new_keys, new_ids
+                entry.item_blocks = new_blocks
                 self._policy.insert_many(new_keys, new_blocks)
             self._enqueue(entry, self._store_queue)
 
@@ -1127,14 +1127,18 @@ class FileSystemTier:
         with self._lock:
             self._check_open_and_id(job.job_id)
             entry = _Job(job.job_id, keys, promotion=True)
-            blocks, file_of, items = self._blocks, self._file_of, entry.items
+            blocks = self._blocks
+            item_keys, item_ids, item_blocks = entry.item_keys, entry.item_ids, entry.item_blocks
             for key, chunk_id in zip(keys, chunk_ids):
                 block = blocks.get(key)
                 if block is None or block.ref_cnt < 0:
                     continue
                 block.ref_cnt += 1
-                path, checksum = file_of[key]
-                items.append(_Item(key, chunk_id, block, -1, path, checksum))
+                item_keys.append(key)
+                item_ids.append(chunk_id)
+                item_blocks.append(block)
+            # each pinned key's file as it is now (a pinned key keeps it)
+            entry.item_files = list(map(self._file_of.__getitem__, item_keys))
             self._enqueue(entry, self._load_queue)
 
     def get_finished_jobs(self) -> list[TierJobResult]:

@@ -1009,10 +1009,17 @@ def test_one_thread_splits_a_lone_load_job_with_the_others(
     items on 4 threads is 2 items each; many jobs are a whole job each."""
     tier = make_tier(capacity=64, num_threads=4)
     entry = fs_tier._Job(1, [], promotion=True)
-    entry.items = [fs_tier._Item(key(i), i, BlockStatus(i)) for i in range(8)]
+    entry.item_keys = [key(i) for i in range(8)]
+    entry.item_ids = list(range(8))
+    entry.item_blocks = [BlockStatus(i) for i in range(8)]
+    entry.item_files = [(f"file-{i}", i) for i in range(8)]
     with tier._lock:
         tier._queued_loads = 8
-        assert [it.chunk_id for it in tier._take_loads(entry)] == [0, 1]
+        first = tier._take_loads(entry)
+        assert [(it.chunk_id, it.path, it.checksum) for it in first] == [
+            (0, "file-0", 0),
+            (1, "file-1", 1),
+        ]
         tier._queued_loads = 64
         assert [it.chunk_id for it in tier._take_loads(entry)] == [2, 3, 4, 5, 6, 7]
         assert tier._queued_loads == 58
