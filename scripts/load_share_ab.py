@@ -45,10 +45,10 @@ def capped_take(cap: int) -> object:
         share = -(-self._queued_loads // self.num_threads)
         share = max(1, min(share, cap // self.chunk_bytes))
         start = entry.next_item
-        end = min(len(entry.items), start + share)
+        end = min(entry.size(), start + share)
         entry.next_item = end
         self._queued_loads -= end - start
-        return entry.items[start:end]
+        return entry.take(start, end)
 
     return take
 
