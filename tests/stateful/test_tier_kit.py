@@ -51,6 +51,31 @@ def test_each_planted_defect_is_caught_at_the_default_budget(name: str) -> None:
     assert report.script is not None and report.calls <= limit, report.render()
 
 
+def test_a_late_read_loaded_back_into_its_own_slot_is_named_a_cascade_pin_break() -> None:
+    """Regression (CI at 30dbad7, seed 11): a cascade read its slot after
+    the job completed, so the tier kept the kit's filler; the promotion then
+    loaded it into that very slot, which already held it. The kit named it
+    "the promotion wrote nothing" (T1) instead of the late read (T3)."""
+    from kvoffload.spec.violations import SpecViolation
+    from kvoffload.stateful.tier_harness import TierHarness
+
+    harness = TierHarness(
+        tier_samples.unpinned_read, capacity=4, rows=12, num_keys=8, row_bytes=64,
+        bounded=True, stale_misses=False, pending_work=True, loads_succeed=True,
+        evicts_on_store=True, own_temp=True,
+    )
+    try:
+        harness.store([7, 4], 0)
+        harness.poll()
+        harness.load([4], 0)
+        with pytest.raises(SpecViolation) as caught:
+            harness.poll()
+        assert caught.value.invariant is Invariant.TIER_CASCADE_PINS
+        assert "or it wrote nothing there" in str(caught.value)
+    finally:
+        harness.close()
+
+
 @pytest.mark.parametrize("name", ["wrong_slot", "unpinned_read", "lost_job"])
 def test_the_replay_script_reproduces_the_failure(name: str, tmp_path: Path) -> None:
     factory, invariants = tier_samples.PLANTED[name]
