@@ -77,7 +77,6 @@ from kvoffload.impl.fs_tier import (
     CRC32_CHOICES,
     FileSystemTier,
     choose_crc32,
-    file_system_type,
 )
 from kvoffload.spec.errors import ConfigurationError
 from kvoffload.spec.keys import OffloadKey, make_offload_key
@@ -297,7 +296,7 @@ def _kvoffload(
     expected = primary.copy()
     seconds: dict[str, float] = {}
     submits: dict[str, list[tuple[float, float]]] = {}
-    setup = TierSetup(False, False, 0)
+    setup = TierSetup(False, False, 0, None)
     python_io: dict[str, Any] = {"compiled_io": False}
     cases: tuple[tuple[str, str, dict[str, Any]], ...] = (
         (STORE, LOAD, {}),
@@ -316,7 +315,9 @@ def _kvoffload(
         )
         try:
             if not options:
-                setup = TierSetup(tier.direct_io, tier.checksums, tier.num_threads)
+                setup = TierSetup(
+                    tier.direct_io, tier.checksums, tier.num_threads, tier.file_system
+                )
             full = "recycle_files" in options
             if full:  # fill the tier first (untimed): every timed store evicts
                 _run_jobs(
@@ -475,6 +476,7 @@ class TierSetup:
     direct: bool  # O_DIRECT
     checksums: bool  # a CRC-32 recorded per chunk
     threads: int  # pool threads
+    file_system: str | None  # its directory's (None: unknown)
 
 
 @attrs.frozen
@@ -504,7 +506,7 @@ def measure(
     rng = np.random.default_rng(seed)
     figures: list[TierFigure] = []
     vllm_direct: bool | None = None
-    setup = TierSetup(False, False, 0)
+    setup = TierSetup(False, False, 0, None)
     for chunk_bytes in chunk_sizes:
         count = max(16, total_bytes // chunk_bytes)
         region, primary = _aligned_primary(count, chunk_bytes)
@@ -701,7 +703,7 @@ def run(args: argparse.Namespace) -> int:
             if result.kvoffload.checksums
             else ", no checksum"
         )
-        + f" (checksum={args.checksum!r}; file system: {file_system_type(directory)})"
+        + f" (checksum={args.checksum!r}; file system: {result.kvoffload.file_system})"
     )
     if vllm is not None:
         conditions += (

@@ -863,7 +863,6 @@ class FileSystemTier:
             # "auto": none in memory, unless every load is to be verified
             (not in_memory or verify_loads == "always") if checksum == "auto" else checksum is True
         )
-        self._checksum = self.checksums
         self.verify_loads: str = verify_loads
         self._verify_always = verify_loads == "always"
         self._compiled_io = compiled_io and COMPILED_IO
@@ -1429,7 +1428,7 @@ class FileSystemTier:
         try:
             stems = [self._stem(item.key, item.serial) for item in batch]
             payloads = [self._slot(item.chunk_id) for item in batch]
-            if not self._checksum:
+            if not self.checksums:
                 prefixes = [f"{stem}.{NO_CHECKSUM}" for stem in stems]
             elif crc32 is None:  # the CRC-32 now, here; else in the write's C call
                 prefixes = [
@@ -1467,7 +1466,7 @@ class FileSystemTier:
             if size != self.chunk_bytes:
                 raise ValueError(f"read {size} bytes, expected {self.chunk_bytes}")
             if (
-                self._checksum
+                self.checksums
                 and item.checksum is not None
                 and self._crc32(item.chunk_id, payload) != item.checksum
             ):

@@ -124,7 +124,6 @@ def test_bench_tier_runs_the_checksum_it_is_asked_for(
     conditions line says what the tier did, and on which file system."""
     kind = "tmpfs" if in_memory else "ext4"
     monkeypatch.setattr(fs_tier, "file_system_type", lambda path: kind)
-    monkeypatch.setattr("kvoffload.bench.tier.file_system_type", lambda path: kind)
     assert main(["bench", "tier", "--sizes", "16K", "--total", "32K", "--repeats", "1",
                  "--dir", str(tmp_path / "work"), "--checksum", choice]) == 0
     out = capsys.readouterr().out
