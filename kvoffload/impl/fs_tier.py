@@ -62,6 +62,7 @@ from _ctypes import CFuncPtr as _CFuncPtr
 from collections import deque
 from collections.abc import Callable, Collection, Iterable, Sequence
 from pathlib import Path
+from queue import SimpleQueue
 from typing import Any, NamedTuple
 
 from kvoffload.impl.backend import require_positive_int
@@ -889,13 +890,18 @@ class FileSystemTier:
         self._chunk_root = self.directory / CHUNK_DIR
 
         self._lock = threading.Lock()
-        # two conditions on the one lock: pool threads wait on ``_work`` for
-        # items (woken one at a time: a woken thread wakes the next while
-        # items remain, so ``submit_*`` makes one wake-up, not one per item);
-        # ``drain_jobs``/``shutdown`` wait on ``_idle``, notified when the
-        # last job in flight finishes (not on every job: idle pool threads
-        # are never woken for a finished job)
-        self._work = threading.Condition(self._lock)
+        # idle pool threads wait on ``_wake`` for a token, put by a
+        # ``submit_*`` that queued items once it has let go of the lock (the
+        # woken thread does not then block on it) and by a thread that took
+        # items and left some, for the next thread: one wake-up per job, not
+        # one per item. A token put while every thread is busy is taken by
+        # the next one to idle, which finds the queues empty and waits again
+        # (cheap; a lost wake-up would leave items unrun). A C queue: putting
+        # a token costs a fraction of ``Condition.notify``, which runs in
+        # Python on the caller's thread. ``drain_jobs``/``shutdown`` wait on
+        # ``_idle``, notified when the last job in flight finishes (not on
+        # every job: idle pool threads are never woken for a finished job)
+        self._wake: SimpleQueue[None] = SimpleQueue()
         self._idle = threading.Condition(self._lock)
         # readable keys: their file and the checksum it must have
         self._file_of: dict[OffloadKey, tuple[str, int | None]] = {}
@@ -1115,7 +1121,9 @@ class FileSystemTier:
                 entry.item_keys, entry.item_ids = new_keys, new_ids
                 entry.item_blocks = new_blocks
                 self._policy.insert_many(new_keys, new_blocks)
-            self._enqueue(entry, self._store_queue)
+            queued = self._enqueue(entry, self._store_queue)
+        if queued:
+            self._wake.put(None)
 
     def submit_load(self, job: TierJobLike) -> None:
         """Queue a promotion (see the contract). A key that is not readable
@@ -1138,7 +1146,9 @@ class FileSystemTier:
                 item_blocks.append(block)
             # each pinned key's file as it is now (a pinned key keeps it)
             entry.item_files = list(map(self._file_of.__getitem__, item_keys))
-            self._enqueue(entry, self._load_queue)
+            queued = self._enqueue(entry, self._load_queue)
+        if queued:
+            self._wake.put(None)
 
     def get_finished_jobs(self) -> list[TierJobResult]:
         """The jobs finished since the last call, each reported once."""
@@ -1192,7 +1202,8 @@ class FileSystemTier:
             self._closed = True
             self._idle.wait_for(lambda: self._in_flight == 0)
             self._stopping = True
-            self._work.notify_all()
+        for _ in self._threads:
+            self._wake.put(None)  # each thread finds the queues empty and stops
         for thread in self._threads:
             thread.join()
         self._flat.release()  # the primary memory is the caller's again
@@ -1279,7 +1290,9 @@ class FileSystemTier:
             self._events.append(self._event(keys, removed=True))
         return len(keys)
 
-    def _enqueue(self, entry: _Job, queue: deque[_Job]) -> None:
+    def _enqueue(self, entry: _Job, queue: deque[_Job]) -> bool:
+        """Register ``entry`` and queue its items (lock held); whether it
+        queued any (the caller then wakes a pool thread, lock released)."""
         self._job_ids.add(entry.job_id)
         self._in_flight += 1
         size = entry.size()
@@ -1290,37 +1303,42 @@ class FileSystemTier:
                 self._queued_loads += size
             else:
                 self._queued_stores += size
-            self._work.notify()  # the woken thread wakes the next (``_worker``)
         if entry.pending == 0:
             self._finish(entry)
+        return size > 0
 
     # --- the pool --------------------------------------------------------------
 
     def _worker(self, loads_first: bool) -> None:
-        cond = self._work
+        lock, wake = self._lock, self._wake
         # the page a load reads past its chunk into (a longer file fills it)
         spare = memoryview(mmap.mmap(-1, DIRECT_ALIGNMENT))
         while True:
-            with cond:
-                while not (self._load_queue or self._store_queue or self._stopping):
-                    cond.wait()
-                if not (self._load_queue or self._store_queue):
-                    return  # stopping, and nothing left to run
+            with lock:
                 first, second = (
                     (self._load_queue, self._store_queue)
                     if loads_first
                     else (self._store_queue, self._load_queue)
                 )
                 queue = first if first else second
-                entry = queue[0]
-                if entry.promotion:
-                    batch = self._take_loads(entry)
+                if not queue:
+                    if self._stopping:
+                        return  # nothing left to run
+                    entry = None
                 else:
-                    batch, recycled, doomed = self._take_stores(entry)
-                if entry.next_item == entry.size():
-                    queue.popleft()
-                if self._load_queue or self._store_queue:
-                    cond.notify()  # items left: wake the next thread
+                    entry = queue[0]
+                    if entry.promotion:
+                        batch = self._take_loads(entry)
+                    else:
+                        batch, recycled, doomed = self._take_stores(entry)
+                    if entry.next_item == entry.size():
+                        queue.popleft()
+                    more = bool(first or second)
+            if entry is None:
+                wake.get()  # queued items, or stopping: look again
+                continue
+            if more:
+                wake.put(None)  # items left: wake the next thread
             if entry.promotion:
                 self._run_loads(entry, batch, spare)
             else:
@@ -1378,7 +1396,7 @@ class FileSystemTier:
             (item, self._loaded(item, payload, read))
             for item, payload, read in zip(batch, payloads, reads)
         ]
-        with self._work:
+        with self._lock:
             for item, ok in done:
                 self._load_done(entry, item, ok)
 
@@ -1394,7 +1412,7 @@ class FileSystemTier:
         for victim in doomed:
             self._remove_quietly(victim)
         written = self._store(batch, recycled)
-        with self._work:
+        with self._lock:
             for item, path in zip(batch, written):
                 self._store_done(entry, item, path)
 
