@@ -7,7 +7,9 @@ release directory has it (:mod:`kvoffload.bench.vllm_fs_io`;
 
 For each chunk size the same bytes (random, ``--total`` of them, in a
 page-aligned primary buffer) move these ways; every figure is the median of
-``--repeats`` runs, in GB/s (10**9 bytes per second):
+``--repeats`` runs, in GB/s (10**9 bytes per second). With vLLM's tier the
+two take turns at going first (kvoffload's in the first, third, ... run),
+so that neither always meets the disk and the page cache the other left:
 
 - ``store``: the ceiling writes the bytes to one file sequentially and
   ``fsync`` s it. Each tier, with its default options, runs store jobs of
@@ -516,28 +518,34 @@ def measure(
             theirs: dict[str, list[float]] = {op: [] for op in OPERATIONS}
             our_submits: dict[str, list[tuple[float, float]]] = {op: [] for op in OPERATIONS}
             their_submits: dict[str, list[tuple[float, float]]] = {op: [] for op in OPERATIONS}
-            for _ in range(repeats):
+            for repeat in range(repeats):
                 primary[:] = np.frombuffer(rng.bytes(count * chunk_bytes), np.uint8).reshape(
                     count, chunk_bytes
                 )
                 keys = [make_offload_key(rng.bytes(32), 0) for _ in range(count)]
                 for op, value in _ceiling(primary, directory).items():
                     ceiling[op].append(value)
-                seconds, submits, setup = _kvoffload(
-                    primary, directory, keys, job_chunks, threads, checksum, crc32
-                )
-                for op, value in seconds.items():
-                    ours[op].append(value)
-                for op, times in submits.items():
-                    our_submits[op] += times
+                # the tiers take turns at going first (None: kvoffload's), so
+                # that neither always meets the disk and the page cache the
+                # other left
+                turns: list[VllmFsTier | None] = [None]
                 if vllm is not None:
-                    seconds, submits, vllm_direct = _vllm(
-                        vllm, primary, directory, keys, job_chunks, vllm_threads
-                    )
+                    turns = [None, vllm] if repeat % 2 == 0 else [vllm, None]
+                for contender in turns:
+                    if contender is None:
+                        seconds, submits, setup = _kvoffload(
+                            primary, directory, keys, job_chunks, threads, checksum, crc32
+                        )
+                        times_of, submits_of = ours, our_submits
+                    else:
+                        seconds, submits, vllm_direct = _vllm(
+                            contender, primary, directory, keys, job_chunks, vllm_threads
+                        )
+                        times_of, submits_of = theirs, their_submits
                     for op, value in seconds.items():
-                        theirs[op].append(value)
+                        times_of[op].append(value)
                     for op, times in submits.items():
-                        their_submits[op] += times
+                        submits_of[op] += times
             moved = count * chunk_bytes
             for op in MEASURED:
                 figures.append(

@@ -8,7 +8,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -130,6 +130,46 @@ def test_bench_tier_runs_the_checksum_it_is_asked_for(
     assert ("recorded, checked" in out) is recorded
     assert (", no checksum" in out) is not recorded
     assert f"(checksum={choice!r}; file system: {kind})" in out
+
+
+def test_bench_tier_lets_the_tiers_take_turns_at_going_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With vLLM's tier beside it, kvoffload's runs first in even repeats
+    and second in odd ones, and each side's figures are its own times."""
+    import kvoffload.bench.tier as bench_tier
+
+    order: list[str] = []
+    setup = bench_tier.TierSetup(False, False, 2, None)
+    ours_seconds = iter([1.0, 3.0, 5.0])
+    theirs_seconds = iter([2.0, 4.0, 6.0])
+
+    def ours(*args: object) -> object:
+        order.append("ours")
+        value = next(ours_seconds)
+        return dict.fromkeys(MEASURED, value), {op: [(1e-5, 1e-5)] for op in MEASURED}, setup
+
+    def theirs(*args: object) -> object:
+        order.append("vllm")
+        value = next(theirs_seconds)
+        return dict.fromkeys(MEASURED, value), {op: [(2e-5, 2e-5)] for op in MEASURED}, True
+
+    monkeypatch.setattr(bench_tier, "_kvoffload", ours)
+    monkeypatch.setattr(bench_tier, "_vllm", theirs)
+    monkeypatch.setattr(
+        bench_tier, "_ceiling", lambda primary, directory: dict.fromkeys(MEASURED, 1.0)
+    )
+    run = bench_tier.measure(
+        [4096], total_bytes=16 * 4096, directory=tmp_path, repeats=3,
+        vllm=cast(bench_tier.VllmFsTier, object()),
+    )
+    assert order == ["ours", "vllm", "vllm", "ours", "ours", "vllm"]
+    store = next(f for f in run.figures if f.operation == bench_tier.STORE)
+    moved = 16 * 4096
+    assert store.tier_gbps == pytest.approx(moved / 3.0 / 1e9)  # the median of 1, 3, 5 s
+    assert store.vllm_gbps == pytest.approx(moved / 4.0 / 1e9)  # of 2, 4, 6 s
+    assert store.submit_us_median == pytest.approx(10.0)
+    assert store.vllm_submit_us_median == pytest.approx(20.0)
 
 
 def _release_033() -> Path | None:
