@@ -1246,8 +1246,16 @@ class FileSystemTier:
         if keys and max(map(len, keys)) > MAX_KEY_BYTES:  # C-speed passes first
             long_key = next(key for key in keys if len(key) > MAX_KEY_BYTES)
             raise InvalidKeyError(long_key, f"longer than {MAX_KEY_BYTES} bytes")
+        raw_ids: object = job.chunk_ids
+        if getattr(getattr(raw_ids, "dtype", None), "kind", None) in ("i", "u") and (
+            getattr(raw_ids, "ndim", None) == 1
+        ):
+            # a 1-D integer array (vLLM's jobs carry numpy int64): its values
+            # as Python ints at C speed (a bool or float array takes the
+            # element-wise path below and is refused)
+            raw_ids = raw_ids.tolist()  # type: ignore[attr-defined]
         try:
-            chunk_ids = list(map(operator.index, job.chunk_ids))
+            chunk_ids = list(map(operator.index, raw_ids))  # type: ignore[call-overload]
         except TypeError:
             raise TransferError(f"job {job_id}: chunk_ids must be ints") from None
         if len(chunk_ids) != len(keys):

@@ -969,6 +969,35 @@ def test_jobs_shaped_like_vllms_transfer_job(
     assert np.array_equal(primary[4], pattern(42))
 
 
+
+@pytest.mark.parametrize("dtype", [np.int32, np.uint64, np.int64])
+def test_integer_arrays_of_slots_are_taken(
+    make_tier: Callable[..., FileSystemTier], primary: Primary, dtype: type[np.integer[Any]]
+) -> None:
+    tier = make_tier()
+    fill(primary, 2, 7)
+    tier.submit_store(TierJob(1, (key(7),), np.array([2], dtype=dtype), False))  # type: ignore[arg-type]
+    tier.submit_load(TierJob(2, (key(7),), np.array([5], dtype=dtype), True))  # type: ignore[arg-type]
+    assert finished(tier)[1] == TierJobResult(1, True)
+    tier.drain_jobs()
+
+
+@pytest.mark.parametrize(
+    "slots",
+    [np.array([True]), np.array([2.0]), np.array([[2]]), [2.0], ["2"]],
+    ids=["bool array", "float array", "2-D array", "float", "str"],
+)
+def test_slots_that_are_not_ints_are_refused_and_change_nothing(
+    make_tier: Callable[..., FileSystemTier], primary: Primary, slots: object
+) -> None:
+    tier = make_tier()
+    fill(primary, 2, 7)
+    with pytest.raises(TransferError, match="chunk_ids must be ints"):
+        tier.submit_store(TierJob(1, (key(7),), slots, False))  # type: ignore[arg-type]
+    assert len(tier) == 0 and not tier.has_pending_work()
+    store(tier, 1, [key(7)], [2])  # the job id was not taken
+    assert finished(tier) == {1: TierJobResult(1, True)}
+
 @pytest.mark.parametrize("kind", ["ext4", None])
 def test_default_thread_count_on_a_device(
     make_tier: Callable[..., FileSystemTier], monkeypatch: pytest.MonkeyPatch, kind: str | None
