@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,10 +30,16 @@ SHM = "/dev/shm"
 
 # The writer: with a capacity of RECYCLING chunks every store from the fourth
 # on evicts a chunk and rewrites its file (recycle_files), so the kill lands in
-# a recycled file's write. It stores chunk i (bytes drawn from seed i) under key b"\xab" + i,
-# one job at a time, and prints i once the job is reported a success. Keys
-# share the first byte, so every file lands in one shard, the one the test
-# watches for a temp file.
+# a recycled file's write. It stores chunk i (the base pattern XOR i's low
+# byte, payload(i) below) under key b"\xab" + i, one job at a time, and prints
+# i once the job is reported a success. Keys share the first byte, so every
+# file lands in one shard, the one the test watches for a temp file. A
+# chunk's bytes cost a XOR, not a random draw: the writer then spends a good
+# part of its time writing, so the test sees a temp file soon even when
+# other processes hold the CPUs (with a 1 MiB draw per chunk, a write was a
+# few percent of the writer's time, and on a loaded 2-CPU machine the test's
+# polls could miss every one for 20 s). A torn chunk mixes two chunks' bytes,
+# which differ at every position (consecutive seeds differ in their low byte).
 WRITER = r"""
 import sys
 import numpy as np
@@ -41,13 +48,14 @@ from kvoffload.spec.tier_contract import TierJob
 
 directory, chunk, io, capacity = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
 primary = np.zeros((4, chunk), dtype=np.uint8)
+base = np.random.default_rng(0).integers(0, 256, chunk, dtype=np.uint8)
 tier = FileSystemTier(
     directory, capacity, primary.data, num_threads=2, direct_io=io == "direct"
 )
 print("ready", flush=True)
-for i in range(10_000):
+for i in range(100_000):
     slot = i % 4
-    primary[slot] = np.random.default_rng(i).integers(0, 256, chunk, dtype=np.uint8)
+    np.bitwise_xor(base, i & 0xFF, out=primary[slot])
     tier.submit_store(TierJob(i, (b"\xab" + i.to_bytes(7, "big"),), (slot,), False))
     tier.drain_jobs()
     [result] = tier.get_finished_jobs()
@@ -62,6 +70,12 @@ def key_of(i: int) -> OffloadKey:
 
 def seed_of(k: OffloadKey) -> int:
     return int.from_bytes(k[1:], "big")
+
+
+def payload(seed: int) -> np.ndarray:
+    """The bytes the writer stores for ``seed``."""
+    base = np.random.default_rng(0).integers(0, 256, CHUNK, dtype=np.uint8)
+    return np.bitwise_xor(base, seed & 0xFF)
 
 
 def temp_files(shard: Path) -> list[str]:
@@ -113,6 +127,12 @@ def test_a_killed_writer_leaves_only_complete_chunks(
             line = writer.stdout.readline()
             assert line, "the writer died on its own"
             completed.append(int(line))
+        # the rest of its lines read as they come, so that a full pipe never
+        # stops the writer between two chunks while the test looks for one
+        # being written
+        later: list[str] = []
+        reader = threading.Thread(target=later.extend, args=(writer.stdout,), daemon=True)
+        reader.start()
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
             if temp_files(shard):
@@ -120,7 +140,8 @@ def test_a_killed_writer_leaves_only_complete_chunks(
                 break
         writer.send_signal(signal.SIGKILL)
         writer.wait(timeout=20)
-        completed.extend(int(line) for line in writer.stdout.read().split())
+        reader.join(timeout=20)
+        completed.extend(int(line) for line in later)
     finally:
         if writer.poll() is None:
             writer.kill()
@@ -151,7 +172,6 @@ def test_a_killed_writer_leaves_only_complete_chunks(
             tier.submit_load(TierJob(job_id, (k,), (0,), True))
             tier.drain_jobs()
             assert tier.get_finished_jobs() == [TierJobResult(job_id, True)]
-            expected = np.random.default_rng(seed_of(k)).integers(0, 256, CHUNK, dtype=np.uint8)
-            assert np.array_equal(primary[0], expected), f"chunk {seed_of(k)} torn"
+            assert np.array_equal(primary[0], payload(seed_of(k))), f"chunk {seed_of(k)} torn"
     finally:
         tier.shutdown()
