@@ -717,6 +717,7 @@ def run(args: argparse.Namespace) -> int:
         conditions += (
             f"; {vllm.describe()}: {args.vllm_threads or 16}+{args.vllm_threads or 16} threads, "
             + ("O_DIRECT" if result.vllm_direct else "buffered (no O_DIRECT here)")
+            + "; the two tiers first in turn"
         )
     print(render(figures, conditions))
     if args.json:

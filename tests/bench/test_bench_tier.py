@@ -203,6 +203,7 @@ def test_bench_tier_beside_vllms_fs_tier(tmp_path: Path, python_io: bool) -> Non
     )
     assert done.returncode == 0, done.stderr
     assert "vLLM 0.33" in done.stdout
+    assert "the two tiers first in turn" in done.stdout
     shipped = any((RELEASE / "vllm").glob("fs_io_C*.so"))
     assert ("C I/O (vllm.fs_io_C" in done.stdout) is (shipped and not python_io), done.stdout
     figures = {fig["operation"]: fig for fig in json.loads(out.read_text())["figures"]}
