@@ -7,6 +7,7 @@ import dataclasses
 import mmap
 import os
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -196,6 +197,39 @@ def test_lookup_is_a_miss_until_the_store_completes(
     assert tier.lookup(key(1), CTX) is LookupResult.HIT
     assert tier.lookup(key(2), CTX) is LookupResult.MISS
 
+
+def test_jobs_queued_while_every_thread_is_busy_all_run_and_shutdown_stops_the_pool(
+    make_tier: Callable[..., FileSystemTier],
+    primary: Primary,
+    monkeypatch: pytest.MonkeyPatch,
+    gates: list[Gate],
+) -> None:
+    """Both pool threads held in a write: the wake tokens the next jobs put
+    find no idle thread; the jobs still all run once the writes go on, the
+    tokens left over are only looks at empty queues, and shutdown stops
+    every thread."""
+    tier = make_tier(capacity=16, num_threads=2)
+    gate = Gate(monkeypatch, "_write_chunks")
+    gates.append(gate)
+    for i in range(8):
+        fill(primary, i, 30 + i)
+    store(tier, 1, [key(30)], [0])
+    store(tier, 2, [key(31)], [1])
+    deadline = time.monotonic() + 10
+    while tier._store_queue and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert gate.entered.wait(10) and not tier._store_queue  # both threads hold a job
+    for i in range(2, 8):  # their tokens pile up: no thread is idle to take one
+        store(tier, i + 1, [key(30 + i)], [i])
+    assert tier._wake.qsize() >= 6
+    gate.release.set()
+    assert finished(tier) == {i + 1: TierJobResult(i + 1, True) for i in range(8)}
+    for i in range(8):
+        load(tier, 20 + i, [key(30 + i)], [8 + i % 4])
+        assert finished(tier) == {20 + i: TierJobResult(20 + i, True)}
+        assert np.array_equal(primary[8 + i % 4], pattern(30 + i))
+    tier.shutdown()
+    assert not any(thread.is_alive() for thread in tier._threads)
 
 def test_every_job_is_reported_once_and_pending_work_ends(
     make_tier: Callable[..., FileSystemTier], primary: Primary
