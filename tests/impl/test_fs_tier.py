@@ -1011,9 +1011,10 @@ def test_integer_arrays_of_slots_are_taken(
     tier = make_tier()
     fill(primary, 2, 7)
     tier.submit_store(TierJob(1, (key(7),), np.array([2], dtype=dtype), False))  # type: ignore[arg-type]
+    assert finished(tier) == {1: TierJobResult(1, True)}
     tier.submit_load(TierJob(2, (key(7),), np.array([5], dtype=dtype), True))  # type: ignore[arg-type]
-    assert finished(tier)[1] == TierJobResult(1, True)
-    tier.drain_jobs()
+    assert finished(tier) == {2: TierJobResult(2, True)}
+    assert np.array_equal(primary[5], pattern(7))
 
 
 @pytest.mark.parametrize(

@@ -4,6 +4,7 @@ store had completed, with exactly its bytes, and nothing else."""
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import signal
@@ -72,10 +73,16 @@ def seed_of(k: OffloadKey) -> int:
     return int.from_bytes(k[1:], "big")
 
 
+@functools.cache
+def _base() -> np.ndarray:
+    """The writer's base pattern (drawn once: a test checks every chunk it finds)."""
+    return np.random.default_rng(0).integers(0, 256, CHUNK, dtype=np.uint8)
+
+
 def payload(seed: int) -> np.ndarray:
     """The bytes the writer stores for ``seed``."""
-    base = np.random.default_rng(0).integers(0, 256, CHUNK, dtype=np.uint8)
-    return np.bitwise_xor(base, seed & 0xFF)
+    chunk: np.ndarray = np.bitwise_xor(_base(), seed & 0xFF)
+    return chunk
 
 
 def temp_files(shard: Path) -> list[str]:
