@@ -58,9 +58,10 @@ PARTS = (
 """(method, whether it is the policy's) timed inside the call."""
 
 
-def _timed(owner: Any, name: str, into: dict[str, list[int]], label: str) -> bool:
+def _timed(owner: Any, name: str, into: dict[str, list[int]], label: str) -> None:
     """Replace ``owner.name`` by a wrapper adding its nanoseconds to
-    ``into[label]``; False where the object takes no such attribute."""
+    ``into[label]``; nothing (and no ``label``) where the object takes no
+    such attribute."""
     inner: Callable[..., Any] = getattr(owner, name)
     samples = into.setdefault(label, [])
 
@@ -75,8 +76,6 @@ def _timed(owner: Any, name: str, into: dict[str, list[int]], label: str) -> boo
         setattr(owner, name, wrapper)
     except (AttributeError, TypeError):
         del into[label]
-        return False
-    return True
 
 
 def measure(directory: str, chunk: int, jobs: int, job_chunks: int, seed: int) -> None:
