@@ -43,8 +43,9 @@ against the stored bytes (outside the timing). ``submit µs`` is the time a
 ``submit_store``/``submit_load`` call takes on the caller's thread: median
 and maximum over the jobs of the row's operation in every run of its chunk
 size (so vLLM's figures and ours count the same jobs; a maximum over more
-calls is a larger one), and the CPU time those calls ran on the caller's
-thread (``time.thread_time``). The objects alive
+calls is a larger one), how many of those calls took over
+:data:`SUBMIT_BOUND_US` (the issue's bound on a submit), and the CPU time
+those calls ran on the caller's thread (``time.thread_time``). The objects alive
 when the bench starts (vLLM's release and the torch it imports among
 them) are frozen out of the garbage collector for the run, as an engine
 freezes its start-up heap (:func:`freeze_startup_heap`; ``--no-gc-freeze``
@@ -67,7 +68,7 @@ import time
 import types
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import attrs
 import numpy as np
@@ -123,6 +124,9 @@ class TierFigure:
     vllm_submit_us_max: float | None = None
     submit_cpu_us_median: float | None = None
     submit_cpu_us_max: float | None = None
+    submit_calls: int | None = None
+    submit_over_bound: int | None = None
+    vllm_submit_over_bound: int | None = None
 
     @property
     def of_ceiling(self) -> float:
@@ -136,9 +140,30 @@ class TierFigure:
 Primary = npt.NDArray[np.uint8]
 
 
+SUBMIT_BOUND_US = 50.0
+"""The time a ``submit_*`` call may take on the caller's thread (µs): the
+bench counts the calls over it, beside the median and the maximum."""
+
+
+def _over_bound(walls: Sequence[float]) -> int:
+    return sum(1 for wall in walls if wall * 1e6 > SUBMIT_BOUND_US)
+
+
+class _SubmitFields(TypedDict):
+    submit_us_median: float
+    submit_us_max: float
+    submit_cpu_us_median: float
+    submit_cpu_us_max: float
+    vllm_submit_us_median: float | None
+    vllm_submit_us_max: float | None
+    submit_calls: int
+    submit_over_bound: int
+    vllm_submit_over_bound: int | None
+
+
 def _submit_figures(
     ours: Sequence[tuple[float, float]], theirs: Sequence[tuple[float, float]]
-) -> dict[str, float | None]:
+) -> _SubmitFields:
     """The submit fields of a :class:`TierFigure` from (wall, CPU) seconds."""
     walls, cpus = [w for w, _ in ours], [c for _, c in ours]
     vllm = [w for w, _ in theirs]
@@ -149,6 +174,9 @@ def _submit_figures(
         "submit_cpu_us_max": max(cpus) * 1e6,
         "vllm_submit_us_median": statistics.median(vllm) * 1e6 if vllm else None,
         "vllm_submit_us_max": max(vllm) * 1e6 if vllm else None,
+        "submit_calls": len(walls),
+        "submit_over_bound": _over_bound(walls),
+        "vllm_submit_over_bound": _over_bound(vllm) if vllm else None,
     }
 
 
@@ -573,11 +601,12 @@ def render(figures: Sequence[TierFigure], conditions: str) -> str:
     if with_vllm:
         header += " vLLM fs GB/s | kvoffload / vLLM |"
         rule += " ---: | ---: |"
-    header += " submit µs, median / max | its CPU µs, median / max |"
-    rule += " ---: | ---: |"
+    header += f" submit µs, median / max | calls over {SUBMIT_BOUND_US:.0f} µs |"
+    header += " its CPU µs, median / max |"
+    rule += " ---: | ---: | ---: |"
     if with_vllm:
-        header += " vLLM submit µs, median / max |"
-        rule += " ---: |"
+        header += f" vLLM submit µs, median / max | vLLM calls over {SUBMIT_BOUND_US:.0f} µs |"
+        rule += " ---: | ---: |"
     lines = [conditions, "", header, rule]
     for fig in figures:
         line = (
@@ -592,10 +621,13 @@ def render(figures: Sequence[TierFigure], conditions: str) -> str:
                 else " — | — |"
             )
         line += f" {fig.submit_us_median:.1f} / {fig.submit_us_max:.0f} |"
+        line += f" {fig.submit_over_bound} of {fig.submit_calls} |"
         line += f" {fig.submit_cpu_us_median:.1f} / {fig.submit_cpu_us_max:.0f} |"
         if with_vllm:
             median, most = fig.vllm_submit_us_median, fig.vllm_submit_us_max
             line += " — |" if median is None or most is None else f" {median:.1f} / {most:.0f} |"
+            over = fig.vllm_submit_over_bound
+            line += " — |" if over is None else f" {over} of {fig.submit_calls} |"
         lines.append(line)
     return "\n".join(lines)
 

@@ -136,7 +136,8 @@ def test_bench_tier_lets_the_tiers_take_turns_at_going_first(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """With vLLM's tier beside it, kvoffload's runs first in even repeats
-    and second in odd ones, and each side's figures are its own times."""
+    and second in odd ones, and each side's figures are its own times,
+    the calls over the submit bound counted on each side."""
     import kvoffload.bench.tier as bench_tier
 
     order: list[str] = []
@@ -147,12 +148,14 @@ def test_bench_tier_lets_the_tiers_take_turns_at_going_first(
     def ours(*args: object) -> object:
         order.append("ours")
         value = next(ours_seconds)
-        return dict.fromkeys(MEASURED, value), {op: [(1e-5, 1e-5)] for op in MEASURED}, setup
+        calls = [(1e-5, 1e-5), (1e-5, 1e-5), (7e-5, 1e-5)]  # one call in three over 50 µs
+        return dict.fromkeys(MEASURED, value), {op: calls for op in MEASURED}, setup
 
     def theirs(*args: object) -> object:
         order.append("vllm")
         value = next(theirs_seconds)
-        return dict.fromkeys(MEASURED, value), {op: [(2e-5, 2e-5)] for op in MEASURED}, True
+        calls = [(2e-5, 2e-5), (2e-5, 2e-5), (4e-5, 2e-5)]  # none over 50 µs
+        return dict.fromkeys(MEASURED, value), {op: calls for op in MEASURED}, True
 
     monkeypatch.setattr(bench_tier, "_kvoffload", ours)
     monkeypatch.setattr(bench_tier, "_vllm", theirs)
@@ -170,6 +173,12 @@ def test_bench_tier_lets_the_tiers_take_turns_at_going_first(
     assert store.vllm_gbps == pytest.approx(moved / 4.0 / 1e9)  # of 2, 4, 6 s
     assert store.submit_us_median == pytest.approx(10.0)
     assert store.vllm_submit_us_median == pytest.approx(20.0)
+    assert (store.submit_calls, store.submit_over_bound, store.vllm_submit_over_bound) == (9, 3, 0)
+    row = next(
+        line for line in bench_tier.render(run.figures, "").splitlines()
+        if f"| {bench_tier.STORE} |" in line
+    )
+    assert "| 10.0 / 70 | 3 of 9 |" in row and "| 20.0 / 40 | 0 of 9 |" in row
 
 
 def _release_033() -> Path | None:
