@@ -19,6 +19,13 @@ the state a submit meets while the pool runs::
     python scripts/submit_cost.py --dir /dev/shm --chunk 4K
     python scripts/submit_cost.py --dir /var/tmp --chunk 4M
 
+With ``--fresh N`` it times instead the first ``--jobs`` stores (no
+eviction) into each of ``N`` new, empty tiers, one line per call's place
+(the first call of a tier, the second, ...), medians over the tiers: the
+first call a scheduler makes on a tier meets its code and data cold::
+
+    python scripts/submit_cost.py --dir /dev/shm --chunk 1M --fresh 20 --jobs 4
+
 Run from the repository root (it puts the root first on the import path),
 or with the installed package: ``python scripts/submit_cost.py --installed``.
 """
@@ -132,20 +139,79 @@ def measure(directory: str, chunk: int, jobs: int, job_chunks: int, seed: int) -
         print(f"  {label}: {statistics.median(samples) / 1e3:.1f} µs")
 
 
+def measure_fresh(
+    directory: str, chunk: int, tiers: int, jobs: int, job_chunks: int, seed: int
+) -> None:
+    region = mmap.mmap(-1, job_chunks * jobs * chunk)
+    view = memoryview(region).cast("B", (job_chunks * jobs, chunk))
+    rng = np.random.default_rng(seed)
+    root = tempfile.mkdtemp(prefix="kvoffload-submit-cost-", dir=directory)
+    gc.freeze()
+    walls: list[list[int]] = [[] for _ in range(jobs)]
+    cpus: list[list[int]] = [[] for _ in range(jobs)]
+    checks: list[list[int]] = [[] for _ in range(jobs)]
+    try:
+        for index in range(tiers):
+            tier = FileSystemTier(os.path.join(root, f"tier{index}"), job_chunks * jobs, view)
+            parts: dict[str, list[int]] = {}
+            _timed(tier, "_check_job", parts, "_check_job")
+            try:
+                for place in range(jobs):
+                    keys = tuple(make_offload_key(rng.bytes(32), 0) for _ in range(job_chunks))
+                    slots = tuple(range(place * job_chunks, (place + 1) * job_chunks))
+                    next_job = TierJob(place, keys, slots, False)
+                    cpu_before, before = time.thread_time_ns(), time.perf_counter_ns()
+                    tier.submit_store(next_job)
+                    walls[place].append(time.perf_counter_ns() - before)
+                    cpus[place].append(time.thread_time_ns() - cpu_before)
+                tier.drain_jobs()
+                failed = [r.job_id for r in tier.get_finished_jobs() if not r.success]
+                if failed:
+                    raise RuntimeError(f"store jobs {failed} failed")
+            finally:
+                tier.shutdown()
+            for place, nanoseconds in enumerate(parts["_check_job"]):
+                checks[place].append(nanoseconds)
+    finally:
+        gc.unfreeze()
+        shutil.rmtree(root, ignore_errors=True)
+    print(
+        f"{format_size(chunk)} chunks, {job_chunks} per job, the first {jobs} stores into "
+        f"each of {tiers} new tiers under {directory}; {build_name()} build; medians (max)"
+    )
+    for place in range(jobs):
+        print(
+            f"call {place + 1}: {statistics.median(walls[place]) / 1e3:.1f} µs wall "
+            f"({max(walls[place]) / 1e3:.0f}), {statistics.median(cpus[place]) / 1e3:.1f} "
+            f"µs CPU, _check_job {statistics.median(checks[place]) / 1e3:.1f} µs"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dir", default=tempfile.gettempdir(), help="where the tier lives")
     parser.add_argument("--chunk", default="4K", help="chunk size (default: %(default)s)")
-    parser.add_argument("--jobs", type=int, default=300, help="timed jobs (default: %(default)s)")
+    parser.add_argument("--jobs", type=int, default=None,
+                        help="timed jobs (default: 300; 4 per tier with --fresh)")
     parser.add_argument("--job-chunks", type=int, default=8,
                         help="chunks per job (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--fresh", type=int, default=None, metavar="N",
+                        help="time the first --jobs stores into each of N new tiers")
     parser.add_argument("--installed", action="store_true",
                         help="import the installed kvoffload, not this checkout's")
     args = parser.parse_args()
+    if args.jobs is None:
+        args.jobs = 300 if args.fresh is None else 4
     if args.jobs < 1 or args.job_chunks < 1:
         parser.error("--jobs and --job-chunks must be at least 1")
-    measure(args.dir, parse_size(args.chunk), args.jobs, args.job_chunks, args.seed)
+    if args.fresh is not None:
+        if args.fresh < 1:
+            parser.error("--fresh must be at least 1")
+        measure_fresh(args.dir, parse_size(args.chunk), args.fresh, args.jobs,
+                      args.job_chunks, args.seed)
+    else:
+        measure(args.dir, parse_size(args.chunk), args.jobs, args.job_chunks, args.seed)
 
 
 if __name__ == "__main__":
