@@ -85,6 +85,21 @@ def _timed(owner: Any, name: str, into: dict[str, list[int]], label: str) -> Non
         del into[label]
 
 
+def _timed_store(tier: FileSystemTier, job: TierJob) -> tuple[int, int]:
+    """``tier.submit_store(job)``'s wall-clock and CPU nanoseconds."""
+    cpu_before, before = time.thread_time_ns(), time.perf_counter_ns()
+    tier.submit_store(job)
+    return time.perf_counter_ns() - before, time.thread_time_ns() - cpu_before
+
+
+def _drain(tier: FileSystemTier) -> None:
+    """Wait for the tier's jobs; raise if any failed."""
+    tier.drain_jobs()
+    failed = [r.job_id for r in tier.get_finished_jobs() if not r.success]
+    if failed:
+        raise RuntimeError(f"store jobs {failed} failed")
+
+
 def measure(directory: str, chunk: int, jobs: int, job_chunks: int, seed: int) -> None:
     capacity = 32 * job_chunks
     region = mmap.mmap(-1, job_chunks * chunk)
@@ -105,8 +120,7 @@ def measure(directory: str, chunk: int, jobs: int, job_chunks: int, seed: int) -
     try:
         for _ in range(capacity // job_chunks):  # fill: every later store evicts
             tier.submit_store(job())
-        tier.drain_jobs()
-        tier.get_finished_jobs()
+        _drain(tier)
         gc.freeze()
         parts: dict[str, list[int]] = {}
         for name, of_policy in PARTS:
@@ -115,16 +129,10 @@ def measure(directory: str, chunk: int, jobs: int, job_chunks: int, seed: int) -
         walls: list[int] = []
         cpus: list[int] = []
         for _ in range(jobs):
-            next_job = job()
-            cpu_before, before = time.thread_time_ns(), time.perf_counter_ns()
-            tier.submit_store(next_job)
-            wall, cpu = time.perf_counter_ns() - before, time.thread_time_ns() - cpu_before
+            wall, cpu = _timed_store(tier, job())
             walls.append(wall)
             cpus.append(cpu)
-            tier.drain_jobs()
-            failed = [r.job_id for r in tier.get_finished_jobs() if not r.success]
-            if failed:
-                raise RuntimeError(f"store jobs {failed} failed")
+            _drain(tier)
     finally:
         tier.shutdown()
         shutil.rmtree(root, ignore_errors=True)
@@ -159,15 +167,10 @@ def measure_fresh(
                 for place in range(jobs):
                     keys = tuple(make_offload_key(rng.bytes(32), 0) for _ in range(job_chunks))
                     slots = tuple(range(place * job_chunks, (place + 1) * job_chunks))
-                    next_job = TierJob(place, keys, slots, False)
-                    cpu_before, before = time.thread_time_ns(), time.perf_counter_ns()
-                    tier.submit_store(next_job)
-                    walls[place].append(time.perf_counter_ns() - before)
-                    cpus[place].append(time.thread_time_ns() - cpu_before)
-                tier.drain_jobs()
-                failed = [r.job_id for r in tier.get_finished_jobs() if not r.success]
-                if failed:
-                    raise RuntimeError(f"store jobs {failed} failed")
+                    wall, cpu = _timed_store(tier, TierJob(place, keys, slots, False))
+                    walls[place].append(wall)
+                    cpus[place].append(cpu)
+                _drain(tier)
             finally:
                 tier.shutdown()
             for place, nanoseconds in enumerate(parts["_check_job"]):
