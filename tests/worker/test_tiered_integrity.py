@@ -59,8 +59,13 @@ from tests.worker.worker_helpers import HAS_CUDA, make_caches, pattern
 
 CTX = ReqContext("tiered-integrity")
 NUM_HASHES = 8
+ROW_BYTES = 48
+GARBAGE = 0x5A
 
 T = TypeVar("T")
+
+KEYS_OFFERED = st.lists(st.integers(0, NUM_HASHES - 1), min_size=1, max_size=3, unique=True)
+"""The keys a GPU store offers (indices into the machine's keys)."""
 
 PICKS = st.lists(st.integers(0, 63), min_size=1, max_size=4)
 """Picks among items the run's state decides (ready keys, a tier's keys,
@@ -80,8 +85,6 @@ def pick(items: Sequence[T], picks: Sequence[int], most: int) -> list[T]:
     if not items:
         return []
     return list(dict.fromkeys(items[i % len(items)] for i in picks))[:most]
-ROW_BYTES = 48
-GARBAGE = 0x5A
 
 
 class Model:
@@ -239,7 +242,7 @@ class TieredIntegrityMachine(RuleBasedStateMachine):
     # --------------------------------------------------------------- rules
 
     @rule(
-        picks=st.lists(st.integers(0, NUM_HASHES - 1), min_size=1, max_size=3, unique=True),
+        picks=KEYS_OFFERED,
         seed=SEEDS,
         fail=FAIL_MODES,
         collect_now=st.booleans(),
@@ -274,7 +277,7 @@ class TieredIntegrityMachine(RuleBasedStateMachine):
             self.collect()
 
     @rule(
-        picks=st.lists(st.integers(0, NUM_HASHES - 1), min_size=1, max_size=3, unique=True),
+        picks=KEYS_OFFERED,
         seed=SEEDS,
     )
     def store_and_end_the_step(self, picks: list[int], seed: int) -> None:
@@ -746,8 +749,8 @@ class FileTierIntegrityMachine(TieredIntegrityMachine):
     def damage_a_chunk_only_the_tier_holds_and_ask_for_it(self, picks: list[int]) -> None:
         """A chunk the primary lost, damaged, then asked for until its
         promotion ends: its load must fail and the key never be a hit.
-        (Left to chance, a damage and a promotion of the same key met in
-        1 example of 100.)"""
+        (Left to chance, a damaged chunk's load failed once in 100
+        examples.)"""
         self.tier.drain_jobs()
         for key in pick([k for k in self.tier_only() if k not in self.damaged], picks, 1):
             self.damage(key)
