@@ -38,7 +38,13 @@ pytest.importorskip("torch")
 import torch
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
 
 from kvoffload.impl import fs_tier
 from kvoffload.impl.fs_tier import TEMP_SUFFIX, FileSystemTier
@@ -938,13 +944,12 @@ def test_the_machine_catches_a_tier_that_reports_a_damaged_load_as_carried(
         real(self, entry, item, ok)
 
     monkeypatch.setattr(FileSystemTier, "_load_done", carried_anyway)
-    test = machine.TestCase("runTest")
-    test.settings = settings(
+    planted = settings(
         FILE_SETTINGS, max_examples=200, phases=[Phase.generate], database=None,
         derandomize=True,
     )
     with pytest.raises(BaseException) as caught:  # noqa: PT011 - which one is checked below
-        test.runTest()
+        run_state_machine_as_test(machine, settings=planted)
     assert "became a hit" in _messages(caught.value), _messages(caught.value)
 
 
