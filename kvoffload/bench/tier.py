@@ -49,7 +49,11 @@ those calls ran on the caller's thread (``time.thread_time``). The objects alive
 when the bench starts (vLLM's release and the torch it imports among
 them) are frozen out of the garbage collector for the run, as an engine
 freezes its start-up heap (:func:`freeze_startup_heap`; ``--no-gc-freeze``
-leaves them).
+leaves them). ``--evict-between SIZE`` writes SIZE bytes on the caller's
+thread before each timed submit (untimed; both tiers), as a scheduler's
+own work between two submits leaves the tier's code and data out of the
+caches; the submit figures are then those of a cold call, and the
+throughput figures include the writes.
 """
 
 from __future__ import annotations
@@ -285,16 +289,21 @@ def _run_jobs(
     finished: Callable[[], Sequence[Any]],
     jobs: Sequence[Any],
     sync: Path | None = None,
+    between: Callable[[], None] | None = None,
 ) -> tuple[float, list[tuple[float, float]]]:
     """Seconds from the first submit to the end of the drain (and of a
     ``syncfs`` of ``sync``), and each submit's seconds, wall-clock and CPU
     of the caller's thread (``time.thread_time``: what the call itself ran,
-    not what it waited for); raises if a job failed."""
+    not what it waited for); raises if a job failed. ``between`` runs
+    before each submit, outside the submit's timing (inside the
+    operation's)."""
     submit_seconds = []
     if sync is not None:
         syncfs(sync)
     start = time.perf_counter()
     for job in jobs:
+        if between is not None:
+            between()
         before, cpu_before = time.perf_counter(), time.thread_time()
         submit(job)
         cpu = time.thread_time() - cpu_before
@@ -310,6 +319,22 @@ def _run_jobs(
     return elapsed, submit_seconds
 
 
+def _scribbler(size: int) -> Callable[[], None]:
+    """A call that writes ``size`` bytes of its own buffer on the caller's
+    thread: run before each timed submit (``--evict-between``), it stands
+    for the scheduler's own work between two submits, which leaves the
+    caches cold for the tier's code and data, on both tiers alike."""
+    buffer = np.zeros(size, dtype=np.uint8)
+    value = 0
+
+    def scribble() -> None:
+        nonlocal value
+        value = (value + 1) & 0xFF
+        buffer.fill(value)
+
+    return scribble
+
+
 def _kvoffload(
     primary: Primary,
     directory: Path,
@@ -318,10 +343,11 @@ def _kvoffload(
     threads: int | None,
     checksum: bool | str = "auto",
     crc32: str = "auto",
+    between: Callable[[], None] | None = None,
 ) -> tuple[dict[str, float], dict[str, list[tuple[float, float]]], TierSetup]:
     """Seconds per operation, each operation's submit seconds, and what the
     tier with the default options did (``threads``: None, the tier's
-    own count)."""
+    own count); ``between`` runs before each timed submit."""
     view = primary.data
     expected = primary.copy()
     seconds: dict[str, float] = {}
@@ -359,6 +385,7 @@ def _kvoffload(
             elapsed, times = _run_jobs(
                 tier.submit_store, tier.drain_jobs, tier.get_finished_jobs, store_jobs,
                 sync=directory if full or options in ({}, python_io) else None,
+                between=between,
             )
             if store_operation:
                 seconds[store_operation], submits[store_operation] = elapsed, times
@@ -374,7 +401,8 @@ def _kvoffload(
                 primary[:] = 0
                 load_jobs = _jobs(keys, job_chunks, promotion=True, first_id=len(keys))
                 seconds[load_operation], submits[load_operation] = _run_jobs(
-                    tier.submit_load, tier.drain_jobs, tier.get_finished_jobs, load_jobs
+                    tier.submit_load, tier.drain_jobs, tier.get_finished_jobs, load_jobs,
+                    between=between,
                 )
                 if not np.array_equal(primary, expected):
                     raise RuntimeError("kvoffload's tier loaded other bytes")
@@ -467,6 +495,7 @@ def _vllm(
     keys: Sequence[OffloadKey],
     job_chunks: int,
     threads: int | None,
+    between: Callable[[], None] | None = None,
 ) -> tuple[dict[str, float], dict[str, list[tuple[float, float]]], bool]:
     expected = primary.copy()
     where = directory / "vllm"
@@ -478,6 +507,7 @@ def _vllm(
         seconds[STORE], submits[STORE] = _run_jobs(
             tier.submit_store, tier.drain_jobs, tier.get_finished_jobs,
             contender.jobs(keys, job_chunks, promotion=False), sync=directory,
+            between=between,
         )
         if not direct:
             _drop_cache(p for p in _files(where) if p.suffix == ".bin")
@@ -486,7 +516,7 @@ def _vllm(
             primary[:] = 0
             seconds[operation], submits[operation] = _run_jobs(
                 tier.submit_load, tier.drain_jobs, tier.get_finished_jobs,
-                contender.jobs(keys, job_chunks, promotion=True),
+                contender.jobs(keys, job_chunks, promotion=True), between=between,
             )
             if not np.array_equal(primary, expected):
                 raise RuntimeError("vLLM's tier loaded other bytes")
@@ -531,9 +561,12 @@ def measure(
     seed: int = 0,
     checksum: bool | str = "auto",
     crc32: str = "auto",
+    evict_between: int = 0,
 ) -> Run:
-    """Every chunk size and operation."""
+    """Every chunk size and operation (``evict_between``: see
+    :func:`_scribbler`)."""
     rng = np.random.default_rng(seed)
+    between = _scribbler(evict_between) if evict_between else None
     figures: list[TierFigure] = []
     vllm_direct: bool | None = None
     setup = TierSetup(False, False, 0, None)
@@ -562,12 +595,14 @@ def measure(
                 for contender in turns:
                     if contender is None:
                         seconds, submits, setup = _kvoffload(
-                            primary, directory, keys, job_chunks, threads, checksum, crc32
+                            primary, directory, keys, job_chunks, threads, checksum, crc32,
+                            between=between,
                         )
                         times_of, submits_of = ours, our_submits
                     else:
                         seconds, submits, vllm_direct = _vllm(
-                            contender, primary, directory, keys, job_chunks, vllm_threads
+                            contender, primary, directory, keys, job_chunks, vllm_threads,
+                            between=between,
                         )
                         times_of, submits_of = theirs, their_submits
                     for op, value in seconds.items():
@@ -666,6 +701,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="leave the heap loaded at start-up under the cyclic garbage "
                         "collector (by default it is frozen, as vLLM's engine does once "
                         "it has started)")
+    parser.add_argument("--evict-between", default="0", metavar="SIZE",
+                        help="bytes written on the caller's thread before each timed "
+                        "submit, outside its timing, for both tiers: the scheduler's own "
+                        "work between two submits, leaving the caches cold (e.g. 32M; "
+                        "throughput figures then include that work; default: none)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", default=None, metavar="PATH",
                         help="also write the figures as JSON to PATH")
@@ -693,6 +733,12 @@ def run(args: argparse.Namespace) -> int:
     for size in sizes:
         _positive("--sizes", size)
     total = _positive("--total", parse_size(args.total))
+    try:
+        evict_between = parse_size(args.evict_between)
+    except ValueError as error:
+        raise SystemExit(f"bench tier: --evict-between: {error}") from None
+    if evict_between < 0:
+        raise SystemExit(f"bench tier: --evict-between must be >= 0, got {evict_between}")
     repeats = _positive("--repeats", args.repeats)
     job_chunks = _positive("--job-chunks", args.job_chunks)
     threads = None if args.threads is None else _positive("--threads", args.threads)
@@ -721,6 +767,7 @@ def run(args: argparse.Namespace) -> int:
             job_chunks=job_chunks, threads=threads, vllm=vllm,
             vllm_threads=args.vllm_threads, seed=args.seed,
             checksum=CHECKSUM_CHOICES[args.checksum], crc32=crc32,
+            evict_between=evict_between,
         )
     finally:
         if not args.no_gc_freeze:
@@ -734,6 +781,12 @@ def run(args: argparse.Namespace) -> int:
         f"{os.cpu_count()} CPUs, load average {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f}; "
         f"{format_size(total)} per case, median of {repeats}; {job_chunks} chunks per job; "
         + ("start-up heap not frozen; " if args.no_gc_freeze else "start-up heap frozen; ")
+        + (
+            f"{format_size(evict_between)} written before each submit, untimed "
+            "(caches cold; throughput includes it); "
+            if evict_between
+            else ""
+        )
         + f"kvoffload: {result.kvoffload.threads} threads"
         + (" (--threads), " if threads is not None else " (the tier's default here), ")
         + ("O_DIRECT" if result.kvoffload.direct else "buffered (no O_DIRECT here)")

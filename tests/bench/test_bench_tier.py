@@ -7,7 +7,9 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, cast
 
 import pytest
@@ -17,6 +19,7 @@ from kvoffload.bench.sizes import format_size, parse_size
 from kvoffload.bench.tier import MEASURED, OPERATIONS
 from kvoffload.impl import fs_tier
 from kvoffload.impl.fs_tier import COMPILED_IO
+from kvoffload.spec.tier_contract import TierJob, TierJobResult
 
 ENV = "KVOFFLOAD_VLLM_DIRS"
 
@@ -145,13 +148,13 @@ def test_bench_tier_lets_the_tiers_take_turns_at_going_first(
     ours_seconds = iter([1.0, 3.0, 5.0])
     theirs_seconds = iter([2.0, 4.0, 6.0])
 
-    def ours(*args: object) -> object:
+    def ours(*args: object, **kwargs: object) -> object:
         order.append("ours")
         value = next(ours_seconds)
         calls = [(1e-5, 1e-5), (1e-5, 1e-5), (7e-5, 1e-5)]  # one call in three over 50 µs
         return dict.fromkeys(MEASURED, value), {op: calls for op in MEASURED}, setup
 
-    def theirs(*args: object) -> object:
+    def theirs(*args: object, **kwargs: object) -> object:
         order.append("vllm")
         value = next(theirs_seconds)
         calls = [(2e-5, 2e-5), (2e-5, 2e-5), (4e-5, 2e-5)]  # none over 50 µs
@@ -179,6 +182,38 @@ def test_bench_tier_lets_the_tiers_take_turns_at_going_first(
         if f"| {bench_tier.STORE} |" in line
     )
     assert "| 10.0 / 70 | 3 of 9 |" in row and "| 20.0 / 40 | 0 of 9 |" in row
+
+
+def test_evict_between_runs_before_each_timed_submit_outside_its_timing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import kvoffload.bench.tier as bench_tier
+
+    calls: list[str] = []
+    clock = iter(range(100))
+    # the bench module's clock ticks once per read
+    fake_time = SimpleNamespace(perf_counter=lambda: float(next(clock)), thread_time=time.thread_time)
+    monkeypatch.setattr(bench_tier, "time", fake_time)
+    elapsed, submits = bench_tier._run_jobs(
+        lambda job: calls.append(f"submit {job.job_id}"),
+        lambda: calls.append("drain"),
+        lambda: [TierJobResult(1, True), TierJobResult(2, True)],
+        [TierJob(1, (), (), False), TierJob(2, (), (), False)],
+        between=lambda: calls.append("between"),
+    )
+    assert calls == ["between", "submit 1", "between", "submit 2", "drain"]
+    # each submit timed alone: one tick of the fake clock between its two reads
+    assert [wall for wall, _ in submits] == [1.0, 1.0]
+
+
+def test_bench_tier_evict_between_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["bench", "tier", "--sizes", "16K", "--total", "32K", "--repeats", "1",
+                 "--dir", str(tmp_path / "work"), "--evict-between", "64K"]) == 0
+    assert "64 KiB written before each submit, untimed" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="--evict-between"):
+        main(["bench", "tier", "--sizes", "16K", "--evict-between", "lots"])
 
 
 def _release_033() -> Path | None:
