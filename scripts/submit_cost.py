@@ -14,10 +14,13 @@ methods on the instance (the wrappers add a little to the total):
 The rest of the total is the job object, the new blocks, the lock and the
 pool thread's wake-up. With small chunks the caches are warm; with large
 ones the pool's copies (drained just before) have left them cold, which is
-the state a submit meets while the pool runs::
+the state a submit meets while the pool runs. ``--evict-between SIZE``
+writes SIZE bytes before each timed call, as ``bench tier`` does, for the
+parts of a call with cold caches::
 
     python scripts/submit_cost.py --dir /dev/shm --chunk 4K
     python scripts/submit_cost.py --dir /var/tmp --chunk 4M
+    python scripts/submit_cost.py --dir /dev/shm --chunk 4K --evict-between 8M
 
 With ``--fresh N`` it times instead the first ``--jobs`` stores (no
 eviction) into each of ``N`` new, empty tiers, one line per call's place
@@ -51,6 +54,7 @@ import numpy as np  # noqa: E402
 
 from kvoffload import FileSystemTier  # noqa: E402
 from kvoffload.bench.sizes import format_size, parse_size  # noqa: E402
+from kvoffload.bench.tier import _scribbler  # noqa: E402
 from kvoffload.impl.build import build_name  # noqa: E402
 from kvoffload.spec.keys import make_offload_key  # noqa: E402
 from kvoffload.spec.tier_contract import TierJob  # noqa: E402
@@ -100,7 +104,9 @@ def _drain(tier: FileSystemTier) -> None:
         raise RuntimeError(f"store jobs {failed} failed")
 
 
-def measure(directory: str, chunk: int, jobs: int, job_chunks: int, seed: int) -> None:
+def measure(
+    directory: str, chunk: int, jobs: int, job_chunks: int, seed: int, evict_between: int = 0
+) -> None:
     capacity = 32 * job_chunks
     region = mmap.mmap(-1, job_chunks * chunk)
     view = memoryview(region).cast("B", (job_chunks, chunk))
@@ -128,8 +134,12 @@ def measure(directory: str, chunk: int, jobs: int, job_chunks: int, seed: int) -
             _timed(owner, name, parts, f"policy.{name}" if of_policy else name)
         walls: list[int] = []
         cpus: list[int] = []
+        between = _scribbler(evict_between) if evict_between else None
         for _ in range(jobs):
-            wall, cpu = _timed_store(tier, job())
+            next_job = job()
+            if between is not None:
+                between()
+            wall, cpu = _timed_store(tier, next_job)
             walls.append(wall)
             cpus.append(cpu)
             _drain(tier)
@@ -140,6 +150,7 @@ def measure(directory: str, chunk: int, jobs: int, job_chunks: int, seed: int) -
         f"{format_size(chunk)} chunks, {job_chunks} per job, {jobs} jobs into a full tier "
         f"of {capacity} under {directory} ({tier.file_system}; {tier.num_threads} pool "
         f"threads, checksum {'on' if tier.checksums else 'off'}); {build_name()} build"
+        + (f"; {format_size(evict_between)} written before each call" if evict_between else "")
     )
     print(f"submit_store, median: {statistics.median(walls) / 1e3:.1f} µs wall, "
           f"{statistics.median(cpus) / 1e3:.1f} µs CPU")
@@ -199,6 +210,9 @@ def main() -> None:
     parser.add_argument("--job-chunks", type=int, default=8,
                         help="chunks per job (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--evict-between", default="0", metavar="SIZE",
+                        help="bytes written before each timed call of a full tier, as "
+                        "bench tier --evict-between (caches cold; default: none)")
     parser.add_argument("--fresh", type=int, default=None, metavar="N",
                         help="time the first --jobs stores into each of N new tiers")
     parser.add_argument("--installed", action="store_true",
@@ -211,10 +225,13 @@ def main() -> None:
     if args.fresh is not None:
         if args.fresh < 1:
             parser.error("--fresh must be at least 1")
+        if parse_size(args.evict_between):
+            parser.error("--evict-between times a full tier's calls, not --fresh ones")
         measure_fresh(args.dir, parse_size(args.chunk), args.fresh, args.jobs,
                       args.job_chunks, args.seed)
     else:
-        measure(args.dir, parse_size(args.chunk), args.jobs, args.job_chunks, args.seed)
+        measure(args.dir, parse_size(args.chunk), args.jobs, args.job_chunks, args.seed,
+                parse_size(args.evict_between))
 
 
 if __name__ == "__main__":
