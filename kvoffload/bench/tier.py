@@ -62,6 +62,7 @@ import argparse
 import ctypes
 import gc
 import json
+import math
 import mmap
 import os
 import shutil
@@ -110,6 +111,9 @@ MEASURED = tuple(
 )
 """The operations this build measures (the Python-I/O rows only where the
 tier's I/O runs in C by default: elsewhere they are the first two rows)."""
+COMPARED = (STORE, LOAD)
+"""The operations both tiers run with their default options, the pairs
+``--compared-only`` measures (many repeats in the time of a few)."""
 
 
 @attrs.frozen
@@ -131,6 +135,11 @@ class TierFigure:
     submit_calls: int | None = None
     submit_over_bound: int | None = None
     vllm_submit_over_bound: int | None = None
+    tier_gbps_runs: tuple[float, ...] = ()
+    vllm_gbps_runs: tuple[float, ...] = ()
+    """Each run's GB/s, in run order: run ``i`` of one tier and of the
+    other went back to back, so ``(tier_gbps_runs[i], vllm_gbps_runs[i])``
+    is a pair measured under the same conditions."""
 
     @property
     def of_ceiling(self) -> float:
@@ -139,6 +148,86 @@ class TierFigure:
     @property
     def over_vllm(self) -> float | None:
         return None if not self.vllm_gbps else self.tier_gbps / self.vllm_gbps
+
+    @property
+    def paired(self) -> PairedRatio | None:
+        """kvoffload's GB/s over vLLM's, run by run (None: no vLLM figure
+        or fewer than two runs)."""
+        return paired_ratio(self.tier_gbps_runs, self.vllm_gbps_runs)
+
+
+_T975 = (
+    12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+    2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
+    2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
+)
+"""Student's t, 97.5th percentile, for 1 to 30 degrees of freedom."""
+
+
+def t975(degrees: int) -> float:
+    """Student's t at the 97.5th percentile (a two-sided 95 % interval):
+    the table up to 30 degrees of freedom, then the Cornish-Fisher
+    expansion around the normal's 1.95996 (within 0.001 of the exact value
+    from 31 on)."""
+    if degrees < 1:
+        raise ValueError(f"degrees of freedom must be >= 1, got {degrees}")
+    if degrees <= len(_T975):
+        return _T975[degrees - 1]
+    z = 1.959964
+    return z + (z**3 + z) / (4 * degrees) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * degrees**2)
+
+
+@attrs.frozen
+class PairedRatio:
+    """The ratio of two contenders' throughputs over pairs of runs made
+    back to back: the geometric mean of the pairs' ratios and its 95 %
+    interval (Student's t on the ratios' logarithms), with how many pairs
+    there were and in how many the first contender was the slower."""
+
+    pairs: int
+    geometric_mean: float
+    low: float
+    high: float
+    below_one: int
+
+    @property
+    def verdict(self) -> str:
+        """``faster`` (the whole interval above 1), ``slower`` (below 1),
+        or ``parity`` (the interval holds 1: no difference these pairs can
+        tell from their spread)."""
+        if self.low > 1.0:
+            return "faster"
+        if self.high < 1.0:
+            return "slower"
+        return "parity"
+
+    def describe(self) -> str:
+        return (
+            f"{self.geometric_mean:.3f} ({self.low:.3f}-{self.high:.3f}), "
+            f"{self.below_one} of {self.pairs} under 1"
+        )
+
+
+def paired_ratio(ours: Sequence[float], theirs: Sequence[float]) -> PairedRatio | None:
+    """:class:`PairedRatio` of ``ours[i] / theirs[i]``; None with fewer
+    than two pairs. Raises ``ValueError`` on lists of unequal length or a
+    throughput that is not positive."""
+    if len(ours) != len(theirs):
+        raise ValueError(f"{len(ours)} runs against {len(theirs)}: not pairs")
+    if len(ours) < 2:
+        return None
+    if min(ours) <= 0 or min(theirs) <= 0:
+        raise ValueError("a throughput that is not positive has no ratio")
+    logs = [math.log(a / b) for a, b in zip(ours, theirs, strict=True)]
+    mean = statistics.fmean(logs)
+    half = t975(len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
+    return PairedRatio(
+        pairs=len(logs),
+        geometric_mean=math.exp(mean),
+        low=math.exp(mean - half),
+        high=math.exp(mean + half),
+        below_one=sum(1 for value in logs if value < 0),
+    )
 
 
 Primary = npt.NDArray[np.uint8]
@@ -344,10 +433,12 @@ def _kvoffload(
     checksum: bool | str = "auto",
     crc32: str = "auto",
     between: Callable[[], None] | None = None,
+    compared_only: bool = False,
 ) -> tuple[dict[str, float], dict[str, list[tuple[float, float]]], TierSetup]:
     """Seconds per operation, each operation's submit seconds, and what the
     tier with the default options did (``threads``: None, the tier's
-    own count); ``between`` runs before each timed submit."""
+    own count); ``between`` runs before each timed submit;
+    ``compared_only``: only the default options' store and load."""
     view = primary.data
     expected = primary.copy()
     seconds: dict[str, float] = {}
@@ -363,7 +454,7 @@ def _kvoffload(
         (STORE_FULL, "", {"recycle_files": True}),
         (STORE_FULL_UNLINK, "", {"recycle_files": False}),
     )
-    for store_operation, load_operation, options in cases:
+    for store_operation, load_operation, options in cases[:1] if compared_only else cases:
         where = directory / "kvoffload"
         tier = FileSystemTier(
             where, len(keys), view, num_threads=threads, checksum=checksum, crc32=crc32,
@@ -496,6 +587,7 @@ def _vllm(
     job_chunks: int,
     threads: int | None,
     between: Callable[[], None] | None = None,
+    compared_only: bool = False,
 ) -> tuple[dict[str, float], dict[str, list[tuple[float, float]]], bool]:
     expected = primary.copy()
     where = directory / "vllm"
@@ -511,7 +603,7 @@ def _vllm(
         )
         if not direct:
             _drop_cache(p for p in _files(where) if p.suffix == ".bin")
-        reads = (LOAD,) if direct else (LOAD, LOAD_CACHED)
+        reads = (LOAD,) if direct or compared_only else (LOAD, LOAD_CACHED)
         for operation in reads:
             primary[:] = 0
             seconds[operation], submits[operation] = _run_jobs(
@@ -562,9 +654,10 @@ def measure(
     checksum: bool | str = "auto",
     crc32: str = "auto",
     evict_between: int = 0,
+    compared_only: bool = False,
 ) -> Run:
     """Every chunk size and operation (``evict_between``: see
-    :func:`_scribbler`)."""
+    :func:`_scribbler`; ``compared_only``: only :data:`COMPARED`)."""
     rng = np.random.default_rng(seed)
     between = _scribbler(evict_between) if evict_between else None
     figures: list[TierFigure] = []
@@ -596,13 +689,13 @@ def measure(
                     if contender is None:
                         seconds, submits, setup = _kvoffload(
                             primary, directory, keys, job_chunks, threads, checksum, crc32,
-                            between=between,
+                            between=between, compared_only=compared_only,
                         )
                         times_of, submits_of = ours, our_submits
                     else:
                         seconds, submits, vllm_direct = _vllm(
                             contender, primary, directory, keys, job_chunks, vllm_threads,
-                            between=between,
+                            between=between, compared_only=compared_only,
                         )
                         times_of, submits_of = theirs, their_submits
                     for op, value in seconds.items():
@@ -610,7 +703,7 @@ def measure(
                     for op, times in submits.items():
                         submits_of[op] += times
             moved = count * chunk_bytes
-            for op in MEASURED:
+            for op in COMPARED if compared_only else MEASURED:
                 figures.append(
                     TierFigure(
                         chunk_bytes=chunk_bytes,
@@ -622,6 +715,8 @@ def measure(
                             moved / statistics.median(theirs[op]) / 1e9 if theirs[op] else None
                         ),
                         **_submit_figures(our_submits[op], their_submits[op]),
+                        tier_gbps_runs=tuple(moved / value / 1e9 for value in ours[op]),
+                        vllm_gbps_runs=tuple(moved / value / 1e9 for value in theirs[op]),
                     )
                 )
         finally:
@@ -633,9 +728,13 @@ def render(figures: Sequence[TierFigure], conditions: str) -> str:
     with_vllm = any(fig.vllm_gbps is not None for fig in figures)
     header = "| chunk | operation | chunks | disk ceiling GB/s | kvoffload GB/s | % of ceiling |"
     rule = "| --- | --- | ---: | ---: | ---: | ---: |"
+    paired = with_vllm and any(fig.paired is not None for fig in figures)
     if with_vllm:
         header += " vLLM fs GB/s | kvoffload / vLLM |"
         rule += " ---: | ---: |"
+    if paired:
+        header += " run by run: geometric mean (95 % interval), runs under 1 |"
+        rule += " ---: |"
     header += f" submit µs, median / max | calls over {SUBMIT_BOUND_US:.0f} µs |"
     header += " its CPU µs, median / max |"
     rule += " ---: | ---: | ---: |"
@@ -655,6 +754,9 @@ def render(figures: Sequence[TierFigure], conditions: str) -> str:
                 if fig.vllm_gbps is not None and ratio is not None
                 else " — | — |"
             )
+        if paired:
+            pair = fig.paired
+            line += " — |" if pair is None else f" {pair.describe()} |"
         line += f" {fig.submit_us_median:.1f} / {fig.submit_us_max:.0f} |"
         line += f" {fig.submit_over_bound} of {fig.submit_calls} |"
         line += f" {fig.submit_cpu_us_median:.1f} / {fig.submit_cpu_us_max:.0f} |"
@@ -706,6 +808,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "submit, outside its timing, for both tiers: the scheduler's own "
                         "work between two submits, leaving the caches cold (e.g. 32M; "
                         "throughput figures then include that work; default: none)")
+    parser.add_argument("--compared-only", action="store_true",
+                        help="measure only the rows both tiers run (store, load), so that "
+                        "many --repeats (pairs of runs, one of each tier back to back) fit "
+                        "in the time of a few")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", default=None, metavar="PATH",
                         help="also write the figures as JSON to PATH")
@@ -767,7 +873,7 @@ def run(args: argparse.Namespace) -> int:
             job_chunks=job_chunks, threads=threads, vllm=vllm,
             vllm_threads=args.vllm_threads, seed=args.seed,
             checksum=CHECKSUM_CHOICES[args.checksum], crc32=crc32,
-            evict_between=evict_between,
+            evict_between=evict_between, compared_only=args.compared_only,
         )
     finally:
         if not args.no_gc_freeze:
@@ -780,6 +886,7 @@ def run(args: argparse.Namespace) -> int:
         f"directory: {directory} ({'temporary' if owned else 'given'}); "
         f"{os.cpu_count()} CPUs, load average {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f}; "
         f"{format_size(total)} per case, median of {repeats}; {job_chunks} chunks per job; "
+        + ("store and load only (--compared-only); " if args.compared_only else "")
         + ("start-up heap not frozen; " if args.no_gc_freeze else "start-up heap frozen; ")
         + (
             f"{format_size(evict_between)} written before each submit, untimed "

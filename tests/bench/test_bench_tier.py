@@ -182,6 +182,63 @@ def test_bench_tier_lets_the_tiers_take_turns_at_going_first(
         if f"| {bench_tier.STORE} |" in line
     )
     assert "| 10.0 / 70 | 3 of 9 |" in row and "| 20.0 / 40 | 0 of 9 |" in row
+    # each run's pair in run order, whichever tier went first in it
+    assert store.tier_gbps_runs == pytest.approx([moved / s / 1e9 for s in (1.0, 3.0, 5.0)])
+    assert store.vllm_gbps_runs == pytest.approx([moved / s / 1e9 for s in (2.0, 4.0, 6.0)])
+    pair = store.paired
+    assert pair is not None and pair.pairs == 3 and pair.below_one == 0
+    # ratios 2, 4/3, 6/5: their geometric mean, an interval around it
+    assert pair.geometric_mean == pytest.approx((2 * 4 / 3 * 6 / 5) ** (1 / 3))
+    assert pair.low < pair.geometric_mean < pair.high
+    assert f"| {pair.describe()} |" in row
+
+
+def test_paired_ratio_is_the_geometric_mean_of_the_pairs_with_a_t_interval() -> None:
+    import math
+
+    from kvoffload.bench.tier import paired_ratio
+
+    same = paired_ratio([2.0, 4.0, 6.0], [1.0, 2.0, 3.0])  # every pair twice as fast
+    assert same is not None
+    assert (same.geometric_mean, same.low, same.high) == pytest.approx((2.0, 2.0, 2.0))
+    assert same.verdict == "faster" and same.below_one == 0
+    slower = paired_ratio([1.0, 2.0], [2.0, 4.0])
+    assert slower is not None and slower.verdict == "slower" and slower.below_one == 2
+    # ratios e^0.1 and e^-0.1: mean 1, half-width t(1) * 0.1414 / sqrt(2)
+    spread = paired_ratio([math.exp(0.1), math.exp(-0.1)], [1.0, 1.0])
+    assert spread is not None and spread.verdict == "parity" and spread.below_one == 1
+    assert spread.geometric_mean == pytest.approx(1.0)
+    assert spread.low == pytest.approx(math.exp(-12.706 * 0.1))
+    assert spread.high == pytest.approx(math.exp(12.706 * 0.1))
+    assert paired_ratio([1.0], [2.0]) is None  # one pair has no spread
+    with pytest.raises(ValueError, match="not pairs"):
+        paired_ratio([1.0, 2.0], [1.0])
+    with pytest.raises(ValueError, match="not positive"):
+        paired_ratio([1.0, 0.0], [1.0, 1.0])
+
+
+def test_t975_follows_the_table_and_then_the_expansion() -> None:
+    from kvoffload.bench.tier import t975
+
+    assert t975(1) == 12.706 and t975(30) == 2.042
+    # exact values: 2.0395 (31), 2.0003 (60), 1.9799 (120), 1.9600 (infinity)
+    for degrees, exact in ((31, 2.0395), (60, 2.0003), (120, 1.9799), (10**6, 1.9600)):
+        assert t975(degrees) == pytest.approx(exact, abs=1e-3)
+    with pytest.raises(ValueError):
+        t975(0)
+
+
+def test_bench_tier_compared_only_measures_the_pairs_alone(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "figures.json"
+    assert main(["bench", "tier", "--sizes", "16K", "--total", "64K", "--repeats", "2",
+                 "--dir", str(tmp_path / "work"), "--compared-only", "--json", str(out)]) == 0
+    assert "store and load only (--compared-only)" in capsys.readouterr().out
+    figures = json.loads(out.read_text())["figures"]
+    assert [fig["operation"] for fig in figures] == ["store", "load"]
+    assert all(len(fig["tier_gbps_runs"]) == 2 for fig in figures)
+    assert all(fig["vllm_gbps_runs"] == [] for fig in figures)  # no vLLM tier given
 
 
 def test_evict_between_runs_before_each_timed_submit_outside_its_timing(
@@ -252,3 +309,43 @@ def test_bench_tier_beside_vllms_fs_tier(tmp_path: Path, python_io: bool) -> Non
     assert ("C I/O (vllm.fs_io_C" in done.stdout) is (shipped and not python_io), done.stdout
     figures = {fig["operation"]: fig for fig in json.loads(out.read_text())["figures"]}
     assert figures["store"]["vllm_gbps"] > 0 and figures["load"]["vllm_gbps"] > 0
+
+
+def _pooled(files: list[Path]) -> subprocess.CompletedProcess[str]:
+    script = Path(__file__).resolve().parents[2] / "scripts" / "pooled_ratio.py"
+    return subprocess.run(
+        [sys.executable, str(script), *map(str, files)], capture_output=True, text=True,
+        timeout=120,
+    )
+
+
+def test_pooled_ratio_pools_the_pairs_of_several_runs_per_row(tmp_path: Path) -> None:
+    """Two runs' pairs on one file system make one row; another file
+    system is another row; a file from before the pairs were kept is named
+    and skipped."""
+
+    def document(file_system: str, ours: list[float], theirs: list[float]) -> dict[str, Any]:
+        figure = {"chunk_bytes": 262144, "operation": "load", "tier_gbps_runs": ours,
+                  "vllm_gbps_runs": theirs}
+        return {"conditions": f"x (checksum='auto'; file system: {file_system}); y",
+                "figures": [figure]}
+
+    files = []
+    for name, doc in (
+        ("a", document("ext4", [2.0, 2.2], [1.0, 1.0])),
+        ("b", document("ext4", [2.1], [1.0])),
+        ("c", document("tmpfs", [1.0, 1.1], [1.05, 1.0])),
+        ("old", {"conditions": "", "figures": [{"chunk_bytes": 1, "operation": "load"}]}),
+    ):
+        files.append(tmp_path / f"{name}.json")
+        files[-1].write_text(json.dumps(doc))
+    done = _pooled(files)
+    assert done.returncode == 0, done.stderr
+    rows = {line.split(" | ")[0]: line for line in done.stdout.splitlines()}
+    # ext4: three pairs from two files, all faster than vLLM's
+    assert rows["| ext4"].startswith("| ext4 | 256 KiB | load | 2 | 3 |")
+    assert rows["| ext4"].endswith("| 0 | faster |")
+    assert rows["| tmpfs"].endswith("| 1 | parity |")
+    assert "old.json: no run-by-run pairs" in done.stderr
+    nothing = _pooled(files[-1:])
+    assert nothing.returncode == 1 and "no pairs" in nothing.stderr
