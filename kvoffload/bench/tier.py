@@ -54,6 +54,15 @@ thread before each timed submit (untimed; both tiers), as a scheduler's
 own work between two submits leaves the tier's code and data out of the
 caches; the submit figures are then those of a cold call, and the
 throughput figures include the writes.
+
+With vLLM's tier and two or more runs, each row also gives the ratio run
+by run: each run of one tier and the same run of the other went back to
+back, so their two figures are a pair measured under the same
+conditions, and the row reports the pairs' geometric mean with a 95 %
+interval (:class:`PairedRatio`; the JSON keeps every run's GB/s, and
+``scripts/pooled_ratio.py`` pools the pairs of several files).
+``--compared-only`` measures only the rows both tiers run (``store`` and
+``load``), so that many pairs fit in the time of a few full runs.
 """
 
 from __future__ import annotations
@@ -152,7 +161,10 @@ class TierFigure:
     @property
     def paired(self) -> PairedRatio | None:
         """kvoffload's GB/s over vLLM's, run by run (None: no vLLM figure
-        or fewer than two runs)."""
+        on this row, as on the rows only kvoffload's tier runs, or fewer
+        than two runs)."""
+        if not self.vllm_gbps_runs:
+            return None
         return paired_ratio(self.tier_gbps_runs, self.vllm_gbps_runs)
 
 

@@ -193,6 +193,26 @@ def test_bench_tier_lets_the_tiers_take_turns_at_going_first(
     assert f"| {pair.describe()} |" in row
 
 
+def test_a_row_vllms_tier_does_not_run_has_no_paired_ratio() -> None:
+    """Regression: beside vLLM's tier, the rows only kvoffload's tier runs
+    (page cache, fsync, full tier) have runs on one side only; the first
+    version divided them as pairs and the bench stopped with ValueError."""
+    import kvoffload.bench.tier as bench_tier
+
+    common = dict(chunk_bytes=4096, num_chunks=16, ceiling_gbps=1.0, tier_gbps=1.0,
+                  submit_us_median=1.0, submit_us_max=1.0, vllm_submit_us_median=None,
+                  submit_cpu_us_median=1.0, submit_cpu_us_max=1.0, submit_calls=2,
+                  submit_over_bound=0)
+    alone = bench_tier.TierFigure(operation=bench_tier.LOAD_CACHED, vllm_gbps=None,
+                                  tier_gbps_runs=(1.0, 1.1), **common)  # type: ignore[arg-type]
+    both = bench_tier.TierFigure(operation=bench_tier.LOAD, vllm_gbps=1.0,
+                                 tier_gbps_runs=(1.0, 1.1), vllm_gbps_runs=(1.0, 1.0),
+                                 **common)  # type: ignore[arg-type]
+    assert alone.paired is None and both.paired is not None
+    table = bench_tier.render([both, alone], "")
+    assert f"| {bench_tier.LOAD_CACHED} |" in table and "| — | — | — |" in table
+
+
 def test_paired_ratio_is_the_geometric_mean_of_the_pairs_with_a_t_interval() -> None:
     import math
 
@@ -349,3 +369,30 @@ def test_pooled_ratio_pools_the_pairs_of_several_runs_per_row(tmp_path: Path) ->
     assert "old.json: no run-by-run pairs" in done.stderr
     nothing = _pooled(files[-1:])
     assert nothing.returncode == 1 and "no pairs" in nothing.stderr
+
+
+@pytest.mark.skipif(RELEASE is None, reason=f"set {ENV} to a directory holding vLLM 0.33")
+def test_bench_tier_pairs_runs_with_vllms_tier(tmp_path: Path) -> None:
+    """``--compared-only`` beside vLLM's tier: every run of each tier is
+    kept, pair by pair, and the table gives the run-by-run ratio."""
+    assert RELEASE is not None
+    out = tmp_path / "figures.json"
+    done = subprocess.run(
+        [
+            sys.executable, "-m", "kvoffload", "bench", "tier", "--sizes", "64K",
+            "--total", "256K", "--repeats", "2", "--compared-only", "--dir",
+            str(tmp_path / "work"), "--vllm-path", str(RELEASE), "--vllm-threads", "2",
+            "--json", str(out),
+        ],
+        capture_output=True, text=True, timeout=300,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    assert done.returncode == 0, done.stderr
+    assert "run by run: geometric mean (95 % interval)" in done.stdout
+    figures = json.loads(out.read_text())["figures"]
+    assert [fig["operation"] for fig in figures] == ["store", "load"]
+    for fig in figures:
+        assert len(fig["tier_gbps_runs"]) == len(fig["vllm_gbps_runs"]) == 2
+        assert min(fig["tier_gbps_runs"] + fig["vllm_gbps_runs"]) > 0
+    pooled = _pooled([out])
+    assert pooled.returncode == 0 and "| 64 KiB | load | 1 | 2 |" in pooled.stdout
