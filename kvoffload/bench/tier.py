@@ -74,6 +74,7 @@ import json
 import math
 import mmap
 import os
+import re
 import shutil
 import statistics
 import sys
@@ -240,6 +241,63 @@ def paired_ratio(ours: Sequence[float], theirs: Sequence[float]) -> PairedRatio 
         high=math.exp(mean + half),
         below_one=sum(1 for value in logs if value < 0),
     )
+
+
+
+_FILE_SYSTEM = re.compile(r"file system: ([^)]+)\)")
+
+PooledRow = tuple[str, int, str]
+"""File system, chunk bytes, operation."""
+
+
+def pool_runs(
+    documents: Sequence[tuple[str, dict[str, Any]]],
+) -> tuple[dict[PooledRow, tuple[list[float], list[float], set[str]]], list[str]]:
+    """The run-by-run pairs of several ``--json`` documents, ``(name,
+    document)``, per row (the file system named in a document's conditions,
+    the chunk size, the operation: kvoffload's GB/s, vLLM's, the names that
+    gave pairs), and the names of the documents with none (written before
+    the runs were kept, or without vLLM's tier)."""
+    rows: dict[PooledRow, tuple[list[float], list[float], set[str]]] = {}
+    skipped: list[str] = []
+    for name, document in documents:
+        found = _FILE_SYSTEM.search(str(document.get("conditions", "")))
+        file_system = found.group(1) if found else "unknown"
+        paired = False
+        for figure in document.get("figures", []):
+            ours, theirs = figure.get("tier_gbps_runs", []), figure.get("vllm_gbps_runs", [])
+            if not ours or len(ours) != len(theirs):
+                continue
+            paired = True
+            key = (file_system, int(figure["chunk_bytes"]), str(figure["operation"]))
+            row = rows.setdefault(key, ([], [], set()))
+            row[0].extend(float(v) for v in ours)
+            row[1].extend(float(v) for v in theirs)
+            row[2].add(name)
+        if not paired:
+            skipped.append(name)
+    return rows, skipped
+
+
+def render_pooled(rows: dict[PooledRow, tuple[list[float], list[float], set[str]]]) -> str:
+    """A Markdown table of :func:`pool_runs`' rows: each row's
+    :class:`PairedRatio` over all its pairs, and its verdict."""
+    lines = [
+        "| file system | chunk | operation | files | pairs | kvoffload / vLLM, "
+        "geometric mean (95 % interval) | pairs under 1 | verdict |",
+        "| --- | --- | --- | ---: | ---: | ---: | ---: | --- |",
+    ]
+    for (file_system, chunk, operation), (ours, theirs, names) in sorted(rows.items()):
+        head = f"| {file_system} | {format_size(chunk)} | {operation} | {len(names)} | "
+        ratio = paired_ratio(ours, theirs)
+        if ratio is None:
+            lines.append(head + f"{len(ours)} | — | — | one pair: no interval |")
+        else:
+            lines.append(
+                head + f"{ratio.pairs} | {ratio.geometric_mean:.3f} "
+                f"({ratio.low:.3f}-{ratio.high:.3f}) | {ratio.below_one} | {ratio.verdict} |"
+            )
+    return "\n".join(lines)
 
 
 Primary = npt.NDArray[np.uint8]

@@ -331,44 +331,59 @@ def test_bench_tier_beside_vllms_fs_tier(tmp_path: Path, python_io: bool) -> Non
     assert figures["store"]["vllm_gbps"] > 0 and figures["load"]["vllm_gbps"] > 0
 
 
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "pooled_ratio.py"
+
+
+def _document(file_system: str, ours: list[float], theirs: list[float]) -> dict[str, Any]:
+    figure = {"chunk_bytes": 262144, "operation": "load", "tier_gbps_runs": ours,
+              "vllm_gbps_runs": theirs}
+    return {"conditions": f"x (checksum='auto'; file system: {file_system}); y",
+            "figures": [figure]}
+
+
+def test_pool_runs_pools_the_pairs_of_several_runs_per_row() -> None:
+    """Two runs' pairs on one file system make one row; another file
+    system is another row; a document from before the pairs were kept is
+    named and skipped."""
+    from kvoffload.bench.tier import pool_runs, render_pooled
+
+    rows, skipped = pool_runs([
+        ("a", _document("ext4", [2.0, 2.2], [1.0, 1.0])),
+        ("b", _document("ext4", [2.1], [1.0])),
+        ("c", _document("tmpfs", [1.0, 1.1], [1.05, 1.0])),
+        ("old", {"conditions": "", "figures": [{"chunk_bytes": 1, "operation": "load"}]}),
+    ])
+    assert skipped == ["old"]
+    assert rows[("ext4", 262144, "load")] == ([2.0, 2.2, 2.1], [1.0, 1.0, 1.0], {"a", "b"})
+    lines = {line.split(" | ")[0]: line for line in render_pooled(rows).splitlines()}
+    # ext4: three pairs from two files, all faster than vLLM's
+    assert lines["| ext4"].startswith("| ext4 | 256 KiB | load | 2 | 3 |")
+    assert lines["| ext4"].endswith("| 0 | faster |")
+    assert lines["| tmpfs"].endswith("| 1 | parity |")
+    lone, _ = pool_runs([("b", _document("ext4", [2.1], [1.0]))])
+    assert render_pooled(lone).endswith("| 1 | — | — | one pair: no interval |")
+
+
 def _pooled(files: list[Path]) -> subprocess.CompletedProcess[str]:
-    script = Path(__file__).resolve().parents[2] / "scripts" / "pooled_ratio.py"
+    if not SCRIPT.is_file():
+        pytest.skip("no source tree (tests run against an installed package)")
     return subprocess.run(
-        [sys.executable, str(script), *map(str, files)], capture_output=True, text=True,
-        timeout=120,
+        [sys.executable, str(SCRIPT), *map(str, files)], capture_output=True, text=True,
+        timeout=120, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
     )
 
 
-def test_pooled_ratio_pools_the_pairs_of_several_runs_per_row(tmp_path: Path) -> None:
-    """Two runs' pairs on one file system make one row; another file
-    system is another row; a file from before the pairs were kept is named
-    and skipped."""
-
-    def document(file_system: str, ours: list[float], theirs: list[float]) -> dict[str, Any]:
-        figure = {"chunk_bytes": 262144, "operation": "load", "tier_gbps_runs": ours,
-                  "vllm_gbps_runs": theirs}
-        return {"conditions": f"x (checksum='auto'; file system: {file_system}); y",
-                "figures": [figure]}
-
-    files = []
-    for name, doc in (
-        ("a", document("ext4", [2.0, 2.2], [1.0, 1.0])),
-        ("b", document("ext4", [2.1], [1.0])),
-        ("c", document("tmpfs", [1.0, 1.1], [1.05, 1.0])),
-        ("old", {"conditions": "", "figures": [{"chunk_bytes": 1, "operation": "load"}]}),
-    ):
-        files.append(tmp_path / f"{name}.json")
-        files[-1].write_text(json.dumps(doc))
-    done = _pooled(files)
+def test_pooled_ratio_script_reads_files_and_says_when_none_has_pairs(tmp_path: Path) -> None:
+    paired, old, broken = tmp_path / "a.json", tmp_path / "old.json", tmp_path / "bad.json"
+    paired.write_text(json.dumps(_document("ext4", [2.0, 2.2], [1.0, 1.0])))
+    old.write_text(json.dumps({"conditions": "", "figures": []}))
+    broken.write_text("{")
+    done = _pooled([paired, old])
     assert done.returncode == 0, done.stderr
-    rows = {line.split(" | ")[0]: line for line in done.stdout.splitlines()}
-    # ext4: three pairs from two files, all faster than vLLM's
-    assert rows["| ext4"].startswith("| ext4 | 256 KiB | load | 2 | 3 |")
-    assert rows["| ext4"].endswith("| 0 | faster |")
-    assert rows["| tmpfs"].endswith("| 1 | parity |")
+    assert "| ext4 | 256 KiB | load | 1 | 2 |" in done.stdout
     assert "old.json: no run-by-run pairs" in done.stderr
-    nothing = _pooled(files[-1:])
-    assert nothing.returncode == 1 and "no pairs" in nothing.stderr
+    assert _pooled([old]).returncode == 1
+    assert _pooled([broken]).returncode == 2
 
 
 @pytest.mark.skipif(RELEASE is None, reason=f"set {ENV} to a directory holding vLLM 0.33")
@@ -394,5 +409,7 @@ def test_bench_tier_pairs_runs_with_vllms_tier(tmp_path: Path) -> None:
     for fig in figures:
         assert len(fig["tier_gbps_runs"]) == len(fig["vllm_gbps_runs"]) == 2
         assert min(fig["tier_gbps_runs"] + fig["vllm_gbps_runs"]) > 0
-    pooled = _pooled([out])
-    assert pooled.returncode == 0 and "| 64 KiB | load | 1 | 2 |" in pooled.stdout
+    from kvoffload.bench.tier import pool_runs, render_pooled
+
+    rows, _ = pool_runs([("run", json.loads(out.read_text()))])
+    assert "| 64 KiB | load | 1 | 2 |" in render_pooled(rows)
