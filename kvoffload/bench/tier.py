@@ -49,8 +49,10 @@ those calls ran on the caller's thread (``time.thread_time``). The objects alive
 when the bench starts (vLLM's release and the torch it imports among
 them) are frozen out of the garbage collector for the run, as an engine
 freezes its start-up heap (:func:`freeze_startup_heap`; ``--no-gc-freeze``
-leaves them). ``--evict-between SIZE`` writes SIZE bytes on the caller's
-thread before each timed submit (untimed; both tiers), as a scheduler's
+leaves them); ``--no-gc`` turns the collector off for the run, so that
+the calls left over the bound are the tiers' own. ``--evict-between
+SIZE`` writes SIZE bytes on the caller's thread before each timed submit
+(untimed; both tiers), as a scheduler's
 own work between two submits leaves the tier's code and data out of the
 caches; the submit figures are then those of a cold call, and the
 throughput figures include the writes.
@@ -873,6 +875,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="leave the heap loaded at start-up under the cyclic garbage "
                         "collector (by default it is frozen, as vLLM's engine does once "
                         "it has started)")
+    parser.add_argument("--no-gc", action="store_true",
+                        help="turn the cyclic garbage collector off for the run (both "
+                        "tiers): what is left over 50 µs is the tiers' own; an engine "
+                        "runs with it on, so the default figures keep it")
     parser.add_argument("--evict-between", default="0", metavar="SIZE",
                         help="bytes written on the caller's thread before each timed "
                         "submit, outside its timing, for both tiers: the scheduler's own "
@@ -937,6 +943,9 @@ def run(args: argparse.Namespace) -> int:
     directory.mkdir(parents=True, exist_ok=True)
     if not args.no_gc_freeze:
         freeze_startup_heap()
+    collecting = gc.isenabled()
+    if args.no_gc:
+        gc.disable()
     try:
         result = measure(
             sizes, total_bytes=total, directory=directory, repeats=repeats,
@@ -946,6 +955,8 @@ def run(args: argparse.Namespace) -> int:
             evict_between=evict_between, compared_only=args.compared_only,
         )
     finally:
+        if args.no_gc and collecting:
+            gc.enable()
         if not args.no_gc_freeze:
             gc.unfreeze()  # a caller in the same process gets its heap back
         if owned:
@@ -958,6 +969,7 @@ def run(args: argparse.Namespace) -> int:
         f"{format_size(total)} per case, median of {repeats}; {job_chunks} chunks per job; "
         + ("store and load only (--compared-only); " if args.compared_only else "")
         + ("start-up heap not frozen; " if args.no_gc_freeze else "start-up heap frozen; ")
+        + ("garbage collector off (--no-gc); " if args.no_gc else "")
         + (
             f"{format_size(evict_between)} written before each submit, untimed "
             "(caches cold; throughput includes it); "

@@ -83,6 +83,26 @@ def test_bench_tier_freezes_the_startup_heap_for_its_run_only(
     assert gc.get_freeze_count() == before
 
 
+def test_bench_tier_no_gc_turns_the_collector_off_for_its_run_only(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import kvoffload.bench.tier as bench_tier
+
+    seen: list[bool] = []
+    measure = bench_tier.measure
+
+    def spy(*args: object, **kwargs: object) -> object:
+        seen.append(gc.isenabled())
+        return measure(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(bench_tier, "measure", spy)
+    assert gc.isenabled()
+    assert main(["bench", "tier", "--sizes", "16K", "--total", "32K", "--repeats", "1",
+                 "--dir", str(tmp_path / "work"), "--no-gc"]) == 0
+    assert "garbage collector off (--no-gc)" in capsys.readouterr().out
+    assert seen == [False] and gc.isenabled()
+
+
 def test_bench_tier_refuses_bad_sizes(tmp_path: Path) -> None:
     with pytest.raises(SystemExit):
         main(["bench", "tier", "--total", "0", "--dir", str(tmp_path)])
