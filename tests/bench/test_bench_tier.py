@@ -8,9 +8,10 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import pytest
 
@@ -22,6 +23,7 @@ from kvoffload.impl.fs_tier import COMPILED_IO
 from kvoffload.spec.tier_contract import TierJob, TierJobResult
 
 ENV = "KVOFFLOAD_VLLM_DIRS"
+T = TypeVar("T")
 
 
 def test_sizes_parse_and_print() -> None:
@@ -54,6 +56,22 @@ def test_bench_tier_runs_and_checks_its_loads(
     assert list((tmp_path / "work").iterdir()) == [], "the bench leaves nothing behind"
 
 
+def _seen_by_measure(monkeypatch: pytest.MonkeyPatch, probe: Callable[[], T]) -> list[T]:
+    """What ``probe`` returns when the bench calls ``measure``, call by
+    call (the bench's state while it measures)."""
+    import kvoffload.bench.tier as bench_tier
+
+    seen: list[T] = []
+    measure = bench_tier.measure
+
+    def spy(*args: object, **kwargs: object) -> object:
+        seen.append(probe())
+        return measure(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(bench_tier, "measure", spy)
+    return seen
+
+
 @pytest.mark.parametrize("frozen", [True, False])
 def test_bench_tier_freezes_the_startup_heap_for_its_run_only(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
@@ -62,16 +80,7 @@ def test_bench_tier_freezes_the_startup_heap_for_its_run_only(
     """By default the heap alive at start-up is kept out of the garbage
     collector while the bench runs (as vLLM's engine keeps it), and given
     back after: a full collection over it landed in a submit (87-95 ms)."""
-    import kvoffload.bench.tier as bench_tier
-
-    seen: list[int] = []
-    measure = bench_tier.measure
-
-    def spy(*args: object, **kwargs: object) -> object:
-        seen.append(gc.get_freeze_count())
-        return measure(*args, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(bench_tier, "measure", spy)
+    seen = _seen_by_measure(monkeypatch, gc.get_freeze_count)
     before = gc.get_freeze_count()
     argv = ["bench", "tier", "--sizes", "16K", "--total", "32K", "--repeats", "1",
             "--dir", str(tmp_path / "work")]
@@ -86,16 +95,7 @@ def test_bench_tier_freezes_the_startup_heap_for_its_run_only(
 def test_bench_tier_no_gc_turns_the_collector_off_for_its_run_only(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import kvoffload.bench.tier as bench_tier
-
-    seen: list[bool] = []
-    measure = bench_tier.measure
-
-    def spy(*args: object, **kwargs: object) -> object:
-        seen.append(gc.isenabled())
-        return measure(*args, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(bench_tier, "measure", spy)
+    seen = _seen_by_measure(monkeypatch, gc.isenabled)
     assert gc.isenabled()
     assert main(["bench", "tier", "--sizes", "16K", "--total", "32K", "--repeats", "1",
                  "--dir", str(tmp_path / "work"), "--no-gc"]) == 0
