@@ -245,7 +245,6 @@ def paired_ratio(ours: Sequence[float], theirs: Sequence[float]) -> PairedRatio 
     )
 
 
-
 _FILE_SYSTEM = re.compile(r"file system: ([^)]+)\)")
 
 PooledRow = tuple[str, int, str]
@@ -526,7 +525,9 @@ def _kvoffload(
         (STORE_FULL, "", {"recycle_files": True}),
         (STORE_FULL_UNLINK, "", {"recycle_files": False}),
     )
-    for store_operation, load_operation, options in cases[:1] if compared_only else cases:
+    if compared_only:  # the default options' store and load, the rows vLLM's tier runs too
+        cases = tuple(case for case in cases if case[0] in COMPARED)
+    for store_operation, load_operation, options in cases:
         where = directory / "kvoffload"
         tier = FileSystemTier(
             where, len(keys), view, num_threads=threads, checksum=checksum, crc32=crc32,
@@ -800,7 +801,8 @@ def render(figures: Sequence[TierFigure], conditions: str) -> str:
     with_vllm = any(fig.vllm_gbps is not None for fig in figures)
     header = "| chunk | operation | chunks | disk ceiling GB/s | kvoffload GB/s | % of ceiling |"
     rule = "| --- | --- | ---: | ---: | ---: | ---: |"
-    paired = with_vllm and any(fig.paired is not None for fig in figures)
+    pairs = [fig.paired if with_vllm else None for fig in figures]
+    paired = any(pair is not None for pair in pairs)
     if with_vllm:
         header += " vLLM fs GB/s | kvoffload / vLLM |"
         rule += " ---: | ---: |"
@@ -814,7 +816,7 @@ def render(figures: Sequence[TierFigure], conditions: str) -> str:
         header += f" vLLM submit µs, median / max | vLLM calls over {SUBMIT_BOUND_US:.0f} µs |"
         rule += " ---: | ---: |"
     lines = [conditions, "", header, rule]
-    for fig in figures:
+    for fig, pair in zip(figures, pairs, strict=True):
         line = (
             f"| {format_size(fig.chunk_bytes)} | {fig.operation} | {fig.num_chunks} | "
             f"{fig.ceiling_gbps:.2f} | {fig.tier_gbps:.2f} | {100 * fig.of_ceiling:.0f}% |"
@@ -827,7 +829,6 @@ def render(figures: Sequence[TierFigure], conditions: str) -> str:
                 else " — | — |"
             )
         if paired:
-            pair = fig.paired
             line += " — |" if pair is None else f" {pair.describe()} |"
         line += f" {fig.submit_us_median:.1f} / {fig.submit_us_max:.0f} |"
         line += f" {fig.submit_over_bound} of {fig.submit_calls} |"
