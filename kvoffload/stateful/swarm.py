@@ -331,10 +331,24 @@ def _complete_store(run: Run) -> None:
         run.stores.append((request, rest))
 
 
+def _end_step_sometimes(run: Run) -> None:
+    """Under ``profile.secondary_tiers``, end the step half the time. A
+    tiered manager's cascades pin the blocks they read until the step's
+    end, so a stored block is LOADING, not READY, until then: the calls
+    whose READY rows need a step boundary first (an engine resets and
+    completes between steps too) ask for one here. Other profiles draw
+    nothing, so their runs replay as before."""
+    if run.harness.config.profile.secondary_tiers and run.rng.random() < 0.5:
+        run.step(ScheduleEnd())
+
+
 def _complete_store_again(run: Run) -> None:
     """``complete_store`` of keys already stored: a no-op."""
+    if run.harness.config.profile.stores_completed_whole:
+        return
+    _end_step_sometimes(run)
     stored = run.of(PhaseKind.READY, PhaseKind.LOADING)
-    if stored and not run.harness.config.profile.stores_completed_whole:
+    if stored:
         run.step(CompleteStore(run.subset(stored), run.rng.random() < 0.7, request=run.request()))
 
 
@@ -379,6 +393,7 @@ def _take_events(run: Run) -> None:
 
 
 def _reset(run: Run) -> None:
+    _end_step_sometimes(run)
     if run.harness.config.profile.reset_announce is ResetAnnounce.ENGINE:
         # the engine takes the queued events, resets, then publishes its own
         # all-cleared event

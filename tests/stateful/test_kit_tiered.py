@@ -39,6 +39,7 @@ from kvoffload.stateful.swarm import observe_runs
 from kvoffload.stateful.targets import (
     BUILTIN_TARGETS,
     BUILTIN_TIER_TARGETS,
+    FILE_TIER_EXAMPLES,
     MAX_PROMOTIONS,
     SCRATCH,
     TIER_CAPACITY,
@@ -156,6 +157,7 @@ def test_memory_tier_targets_pass_at_the_default_budget(
     report = audit(counted, policy="lru", profile=profile, seed=seed)
     assert report.passed, report.render()
     assert report.examples == DEFAULT_EXAMPLES
+    assert report.coverage is not None and report.coverage.missing == (), report.render()
     # the audit reached promotions, and completed them
     assert sum(sum(m.stats.promotions_done) for m in made) > 20
     assert sum(m.stats.promotions_refused for m in made) > 0
@@ -184,6 +186,18 @@ def test_file_tier_targets_pass_at_the_default_budget(
     assert report.passed, report.render()
     assert len(directories) >= DEFAULT_EXAMPLES
     assert not [d for d in directories if os.path.exists(d)]  # each run's was removed
+
+
+@pytest.mark.parametrize("seed", [2, 3, 5])
+def test_the_file_tier_row_reaches_every_lifecycle_row_in_its_budget(seed: int) -> None:
+    """Regression: a cascade pins a stored block until the step's end, so
+    the READY rows of ``reset_cache`` and ``complete_store`` needed a step
+    boundary first; at the row's 150 examples seeds 2, 3 and 5 never
+    reached one or more of them before the swarm ended a step there."""
+    report = audit(tiered_fs, policy="lru", profile=TIERED, seed=seed,
+                   max_examples=FILE_TIER_EXAMPLES)
+    assert report.passed, report.render()
+    assert report.coverage is not None and report.coverage.missing == (), report.render()
 
 
 # --- planted defects -------------------------------------------------------------
