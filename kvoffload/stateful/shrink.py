@@ -16,7 +16,13 @@ from typing import TypeVar
 
 import attrs
 
-from kvoffload.spec.model import KeyListOperation, Operation, ResetCache, TakeEvents
+from kvoffload.spec.model import (
+    KeyListOperation,
+    Operation,
+    ResetCache,
+    StartRequest,
+    TakeEvents,
+)
 from kvoffload.spec.profile import ResetAnnounce
 from kvoffload.stateful.harness import Discrepancy, Harness, KitConfig
 
@@ -119,6 +125,26 @@ def engine_protocol(config: KitConfig, ops: Sequence[Operation]) -> bool:
     )
 
 
+def announced_first(ops: Sequence[Operation], announced: frozenset[int]) -> bool:
+    """Whether every call of a request in ``announced`` comes after that
+    request's ``on_new_request``. The drivers announce every request they
+    use, and a backend may key per-request state on the announcement
+    (vLLM 0.33's tiering manager raises ``KeyError`` without it), so a
+    shrunk sequence may not drop an announcement whose request it still
+    uses: the failure would become the kit's own protocol slip, and a
+    replay without an illegal call would crash where the real trace does
+    not. Requests the original sequence never announced are not held to
+    it."""
+    seen: set[int] = set()
+    for op in ops:
+        request = op.context_of
+        if isinstance(op, StartRequest):
+            seen.add(op.request)
+        elif request is not None and request in announced and request not in seen:
+            return False
+    return True
+
+
 def shrink(
     config: KitConfig,
     num_blocks: int,
@@ -129,8 +155,10 @@ def shrink(
 ) -> list[Operation]:
     """The shortest sequence found that still fails with ``kind``."""
 
+    announced = frozenset(op.request for op in ops if isinstance(op, StartRequest))
+
     def still_fails(candidate: list[Operation]) -> list[Operation] | None:
-        if not engine_protocol(config, candidate):
+        if not engine_protocol(config, candidate) or not announced_first(candidate, announced):
             return None
         harness, error = replay(config, num_blocks, candidate)
         if error is None or failure_kind(error) != kind:

@@ -5,6 +5,7 @@ request-scoped recency; a backend's own context type."""
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Collection
 
@@ -19,9 +20,16 @@ from kvoffload.spec.contract import (
     RequestOffloadingContext,
 )
 from kvoffload.spec.invariants import Invariant
-from kvoffload.spec.keys import OffloadKey, get_offload_group_idx, validate_offload_keys
+from kvoffload.spec.keys import (
+    OffloadKey,
+    get_offload_group_idx,
+    make_offload_key,
+    validate_offload_keys,
+)
+from kvoffload.spec.model import PrepareStore, StartRequest
 from kvoffload.spec.profile import DEFAULT, RecencyCommit
 from kvoffload.stateful import audit
+from kvoffload.stateful.shrink import announced_first
 from tests.stateful.test_kit_profiles import Delegating, lru
 
 REQUEST_END = attrs.evolve(DEFAULT, name="request-end", recency_commit=RecencyCommit.REQUEST_END)
@@ -232,3 +240,102 @@ def test_a_backend_with_its_own_context_type() -> None:
     assert report.passed, report.render()
     crash = audit(own_context_manager, policy="lru", max_examples=40)
     assert crash.invariant is Invariant.CRASH and "EngineContext" in (crash.message or "")
+
+
+class AnnouncedPinningLRU:
+    """Outputs only (no introspection, deep-copyable), as vLLM 0.33's
+    tiering manager is to the kit: per-request state made by
+    ``on_new_request`` (a call for a request never announced raises
+    ``KeyError``), and F3's slip planted: an illegal ``prepare_load`` pins
+    the readable keys before the bad one, then raises."""
+
+    def __init__(self, num_blocks: int) -> None:
+        self.inner = lru(num_blocks)
+        self.requests: dict[str, int] = {}
+
+    def _seen(self, ctx: ReqContext) -> None:
+        self.requests[ctx.req_id] += 1  # KeyError: never announced
+
+    def on_new_request(self, ctx: ReqContext) -> object:
+        self.requests[ctx.req_id] = 0
+        return self.inner.on_new_request(ctx)
+
+    def on_request_finished(self, ctx: ReqContext) -> None:
+        self.inner.on_request_finished(ctx)
+
+    def on_schedule_end(self) -> None:
+        self.inner.on_schedule_end()
+
+    def lookup(self, key: OffloadKey, ctx: ReqContext) -> object:
+        self._seen(ctx)
+        return self.inner.lookup(key, ctx)
+
+    def lookup_prefix(self, keys: Collection[OffloadKey], ctx: ReqContext) -> int | None:
+        self._seen(ctx)
+        return self.inner.lookup_prefix(list(keys), ctx)
+
+    def touch(self, keys: Collection[OffloadKey], ctx: ReqContext) -> None:
+        self._seen(ctx)
+        self.inner.touch(keys, ctx)
+
+    def prepare_load(self, keys: Collection[OffloadKey], ctx: ReqContext) -> LoadStoreSpec:
+        self._seen(ctx)
+        keys = list(keys)
+        for index, key in enumerate(keys):
+            if self.inner.lookup(key, ctx) is not True:
+                if index:
+                    self.inner.prepare_load(keys[:index], ctx)  # the slip: pinned for good
+                break
+        return self.inner.prepare_load(keys, ctx)
+
+    def complete_load(self, keys: Collection[OffloadKey], ctx: ReqContext) -> None:
+        self._seen(ctx)
+        self.inner.complete_load(keys, ctx)
+
+    def prepare_store(
+        self, keys: Collection[OffloadKey], ctx: ReqContext
+    ) -> PrepareStoreOutput | None:
+        self._seen(ctx)
+        return self.inner.prepare_store(keys, ctx)
+
+    def complete_store(
+        self, keys: Collection[OffloadKey], ctx: ReqContext, success: bool = True
+    ) -> None:
+        self._seen(ctx)
+        self.inner.complete_store(keys, ctx, success)
+
+    def take_events(self) -> Collection[object]:
+        return list(self.inner.take_events())
+
+    def reset_cache(self) -> None:
+        self.inner.reset_cache()
+
+
+def test_a_shrunk_failure_keeps_the_announcements_of_the_requests_it_uses() -> None:
+    """Regression (vLLM 0.33's tiering manager, seed 0, after the swarm's
+    tiered step ends): the shrinker dropped the probe's ``on_new_request``
+    while keeping the probe's store. The replay without the illegal load
+    then crashed (the backend's ``KeyError``), so the audit did not see
+    that the illegal call did the damage and reported a liveness failure
+    matching no finding instead of F3's ``errors``. Here, before the fix,
+    seed 3 shrank to one illegal ``complete_store`` of a request it no
+    longer announced, blaming the backend's ``KeyError`` on the kit's own
+    slip."""
+    for seed in range(4):
+        report = audit(AnnouncedPinningLRU, policy="lru", seed=seed, max_examples=60)
+        assert not report.passed
+        assert report.invariant is Invariant.ERRORS, report.render()
+        assert report.illegal_call_damage
+        script = report.script or ""
+        used = set(re.findall(r"ctx\((\d+)\)", script))
+        announced = set(re.findall(r"on_new_request\(ctx\((\d+)\)\)", script))
+        assert used and used <= announced, script
+
+
+def test_announced_first_holds_only_requests_the_sequence_announced() -> None:
+    key = make_offload_key(b"blk", 0)
+    store = PrepareStore((key,), request=1)
+    assert announced_first([StartRequest(1), store], frozenset({1}))
+    assert not announced_first([store, StartRequest(1)], frozenset({1}))
+    assert not announced_first([store], frozenset({1}))
+    assert announced_first([store], frozenset({0}))  # never announced: not held to it
