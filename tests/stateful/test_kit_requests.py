@@ -251,13 +251,14 @@ class AnnouncedPinningLRU:
 
     def __init__(self, num_blocks: int) -> None:
         self.inner = lru(num_blocks)
-        self.requests: dict[str, int] = {}
+        self.announced: set[str] = set()
 
     def _seen(self, ctx: ReqContext) -> None:
-        self.requests[ctx.req_id] += 1  # KeyError: never announced
+        if ctx.req_id not in self.announced:
+            raise KeyError(ctx.req_id)
 
     def on_new_request(self, ctx: ReqContext) -> object:
-        self.requests[ctx.req_id] = 0
+        self.announced.add(ctx.req_id)
         return self.inner.on_new_request(ctx)
 
     def on_request_finished(self, ctx: ReqContext) -> None:
